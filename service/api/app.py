@@ -1,0 +1,61 @@
+"""The FastAPI application: routers, error answers, and the background loop's lifetime."""
+
+from __future__ import annotations
+
+import logging
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from service.api.body_limit import BodyLimitMiddleware
+from service.api.deps import AppState
+from service.api.routers import checkpoints, health, jobs, metrics
+from service.background import BackgroundLoop
+from service.db import make_engine, make_session_factory
+from service.dispatch import Dispatcher
+from service.errors import Conflict, InvalidRequest, NotFound
+from trainjobs.settings import Settings, load_settings
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or load_settings()
+    engine = make_engine(settings.sql_url)
+    sessions = make_session_factory(engine)
+    state = AppState(settings=settings, sessions=sessions, dispatcher=Dispatcher(settings, sessions))
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        loop = BackgroundLoop(settings, sessions, state.dispatcher) if settings.run_background else None
+        if loop:
+            loop.start()
+        yield
+        if loop:
+            loop.stop()
+        engine.dispose()
+
+    app = FastAPI(title="trainjobs", version="0.1.0", lifespan=lifespan,
+                  description="Submit PyTorch training jobs over HTTP; workers train them with DDP.")
+    app.state.trainjobs = state
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
+    for router in (health.router, jobs.router, metrics.router, checkpoints.router):
+        app.include_router(router)
+    _install_error_answers(app)
+    return app
+
+
+def _install_error_answers(app: FastAPI) -> None:
+    @app.exception_handler(NotFound)
+    async def _not_found(_request: Request, error: NotFound) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=404)
+
+    @app.exception_handler(Conflict)
+    async def _conflict(_request: Request, error: Conflict) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=409)
+
+    @app.exception_handler(InvalidRequest)
+    async def _invalid(_request: Request, error: InvalidRequest) -> JSONResponse:
+        detail = [{"loc": [error.location, error.field], "msg": error.message, "type": "value_error"}]
+        return JSONResponse({"detail": detail}, status_code=422)

@@ -1,0 +1,54 @@
+"""The API process's background work, on one thread: the collector, and every few seconds the
+outbox sweeper. Errors (Redis or SQL away) are logged and retried with a capped back-off."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+
+import redis
+from sqlalchemy.orm import Session, sessionmaker
+
+from service import dispatch
+from service.collector import EventCollector
+from trainjobs.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class BackgroundLoop:
+    def __init__(self, settings: Settings, sessions: sessionmaker[Session], dispatcher: dispatch.Dispatcher):
+        self.settings = settings
+        self.sessions = sessions
+        self.dispatcher = dispatcher
+        self.collector = EventCollector(
+            redis.Redis.from_url(settings.redis_url, socket_timeout=10), sessions,
+            settings.events_stream, # A name stable across restarts, so a restarted API resumes its own pending events at once.
+            consumer=socket.gethostname(),
+        )
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trainjobs-background", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        next_sweep = 0.0
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                if time.monotonic() >= next_sweep:
+                    dispatch.sweep(self.dispatcher, self.settings.outbox_grace_seconds)
+                    next_sweep = time.monotonic() + self.settings.sweep_interval_seconds
+                self.collector.poll(block_ms=500)
+                backoff = 0.5
+            except Exception as error:
+                log.warning("background loop: %s; retrying in %.1fs", error, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)

@@ -1,0 +1,47 @@
+"""Engine and sessions. SQLite gets WAL and a busy timeout: the API, its collector and local
+workers write the same file from several processes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.orm import Session, sessionmaker
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+
+
+def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def transaction(sessions: sessionmaker[Session]) -> Iterator[Session]:
+    """One unit of work: commit on success, roll back on any error."""
+    with sessions() as session, session.begin():
+        yield session
+
+
+def on_commit(session: Session, callback: Callable[[], None]) -> None:
+    """Run `callback` once the request's transaction has committed (see api.deps.db_session)."""
+    session.info.setdefault("on_commit", []).append(callback)
+
+
+def run_on_commit_callbacks(session: Session) -> None:
+    for callback in session.info.pop("on_commit", []):
+        callback()

@@ -1,0 +1,20 @@
+"""The api_tokens table. Only a token's SHA-256 is stored: tokens are 256-bit random strings,
+so a fast hash is enough (no dictionary to attack) and lookup stays one indexed read."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from service.tables import ApiTokenRow
+
+
+def add(session: Session, token: ApiTokenRow) -> None:
+    session.add(token)
+    session.flush()
+
+
+def find_active(session: Session, token_sha256: str) -> ApiTokenRow | None:
+    return session.scalars(
+        select(ApiTokenRow).where(ApiTokenRow.token_sha256 == token_sha256, ApiTokenRow.revoked_at.is_(None))
+    ).one_or_none()

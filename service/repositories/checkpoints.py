@@ -1,0 +1,46 @@
+"""The checkpoints table, keyed by checkpoint id."""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import Session
+
+from service.repositories.insert_ignore import insert_ignore
+from service.tables import CheckpointRow
+from trainjobs.contract.events import CheckpointRecord
+
+
+def record(session: Session, job_id: str, checkpoint: CheckpointRecord) -> bool:
+    return insert_ignore(session, CheckpointRow.__table__, {
+        "id": checkpoint.id, "job_id": job_id, "epoch": checkpoint.epoch, "path": checkpoint.path,
+        "size_bytes": checkpoint.size_bytes, "sha256": checkpoint.sha256,
+        "is_best": checkpoint.is_best, "created_at": checkpoint.created_at,
+    })
+
+
+def mark_best(session: Session, job_id: str, checkpoint_id: str) -> None:
+    session.execute(update(CheckpointRow).where(CheckpointRow.job_id == job_id)
+                    .values(is_best=CheckpointRow.id == checkpoint_id)
+                    .execution_options(synchronize_session=False))
+
+
+def remove(session: Session, checkpoint_id: str) -> None:
+    session.execute(delete(CheckpointRow).where(CheckpointRow.id == checkpoint_id))
+
+
+def get(session: Session, checkpoint_id: str) -> CheckpointRow | None:
+    return session.get(CheckpointRow, checkpoint_id)
+
+
+def for_job(session: Session, job_id: str) -> list[CheckpointRow]:
+    return list(session.scalars(
+        select(CheckpointRow).where(CheckpointRow.job_id == job_id)
+        .order_by(CheckpointRow.epoch, CheckpointRow.id)
+    ))
+
+
+def latest_for_job(session: Session, job_id: str) -> CheckpointRow | None:
+    return session.scalars(
+        select(CheckpointRow).where(CheckpointRow.job_id == job_id)
+        .order_by(CheckpointRow.epoch.desc()).limit(1)
+    ).one_or_none()

@@ -1,0 +1,25 @@
+"""The dispatch_intents table (the outbox)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from service.tables import DispatchIntentRow, utcnow
+
+
+def add(session: Session, job_id: str, device: str) -> None:
+    session.add(DispatchIntentRow(job_id=job_id, device=device, created_at=utcnow(), send_attempts=0))
+
+
+def due(session: Session, created_before: datetime, limit: int = 100) -> list[DispatchIntentRow]:
+    return list(session.scalars(
+        select(DispatchIntentRow).where(DispatchIntentRow.created_at < created_before)
+        .order_by(DispatchIntentRow.created_at).limit(limit)
+    ))
+
+
+def remove(session: Session, job_id: str) -> None:
+    session.execute(delete(DispatchIntentRow).where(DispatchIntentRow.job_id == job_id))

@@ -1,0 +1,94 @@
+"""The jobs table."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy.orm import Session
+
+from service.tables import JobRow, utcnow
+
+
+def add(session: Session, job: JobRow) -> None:
+    session.add(job)
+    session.flush()
+
+
+def get(session: Session, job_id: str) -> JobRow | None:
+    return session.get(JobRow, job_id)
+
+
+def get_by_idempotency_key(session: Session, owner: str, key: str) -> JobRow | None:
+    return session.scalars(
+        select(JobRow).where(JobRow.owner == owner, JobRow.idempotency_key == key)
+    ).one_or_none()
+
+
+def page(session: Session, *, owner: str | None, state: str | None, limit: int,
+         after: tuple[datetime, str] | None) -> list[JobRow]:
+    """Newest first, keyset-paginated on (created_at, id): no offset scans, and a job created
+    while a client pages never shifts the pages it has not read yet."""
+    query = select(JobRow)
+    if owner is not None:
+        query = query.where(JobRow.owner == owner)
+    if state is not None:
+        query = query.where(JobRow.state == state)
+    if after is not None:
+        created_at, job_id = after
+        query = query.where(or_(JobRow.created_at < created_at,
+                                and_(JobRow.created_at == created_at, JobRow.id < job_id)))
+    query = query.order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit)
+    return list(session.scalars(query))
+
+
+def claim(session: Session, job_id: str, worker: str, lease_seconds: float) -> JobRow | None:
+    """Atomically take a queued job for `worker`, with a lease it must renew.
+
+    One conditional UPDATE: of two workers that race for one job, exactly one matches it. A
+    message for a job that is running, finished or unknown claims nothing.
+    """
+    now = utcnow()
+    result = session.execute(
+        update(JobRow)
+        .where(JobRow.id == job_id, JobRow.state == "queued")
+        .values(state="running", worker=worker, lease_owner=worker,
+                lease_expires_at=now + timedelta(seconds=lease_seconds),
+                started_at=now, waiting_reason=None, updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:
+        return None
+    return session.get(JobRow, job_id, populate_existing=True)
+
+
+def renew_lease(session: Session, job_id: str, worker: str, lease_seconds: float) -> bool:
+    """False when the lease is no longer ours (the job was taken over or finished)."""
+    result = session.execute(
+        update(JobRow)
+        .where(JobRow.id == job_id, JobRow.lease_owner == worker, JobRow.state.in_(("running", "cancelling")))
+        .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds))
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount == 1
+
+
+def release_lease(session: Session, job_id: str, worker: str) -> None:
+    session.execute(
+        update(JobRow)
+        .where(JobRow.id == job_id, JobRow.lease_owner == worker)
+        .values(lease_owner=None, lease_expires_at=None)
+        .execution_options(synchronize_session=False)
+    )
+
+
+def count_by_state(session: Session) -> dict[str, int]:
+    rows = session.execute(select(JobRow.state, func.count()).group_by(JobRow.state))
+    return {state: count for state, count in rows}
+
+
+def touch(job: JobRow, **changes: Any) -> None:
+    for key, value in changes.items():
+        setattr(job, key, value)
+    job.updated_at = utcnow()

@@ -1,0 +1,113 @@
+"""SQL tables. These are storage classes only; the API's schemas live in trainjobs.contract."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, TypeDecorator, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class UtcDateTime(TypeDecorator):
+    """Timezone-aware UTC in and out, on SQLite (which drops the offset) as on PostgreSQL."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect):
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: datetime | None, dialect):
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: UtcDateTime, dict[str, Any]: JSON}
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        UniqueConstraint("owner", "idempotency_key", name="uq_jobs_owner_idempotency_key"),
+        # Keyset pagination, newest first: for admins over all jobs, for owners over theirs.
+        Index("ix_jobs_created_at_id", "created_at", "id"),
+        Index("ix_jobs_owner_created_at_id", "owner", "created_at", "id"),
+        Index("ix_jobs_state", "state"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(128))
+    name: Mapped[str | None] = mapped_column(String(128))
+    state: Mapped[str] = mapped_column(String(16))
+    stop_reason: Mapped[str | None] = mapped_column(String(32))
+    spec: Mapped[dict[str, Any]]
+    device: Mapped[str] = mapped_column(String(8))
+    world_size: Mapped[int] = mapped_column(Integer)
+    epoch: Mapped[int] = mapped_column(Integer, default=0)
+    metrics: Mapped[dict[str, Any] | None]
+    error: Mapped[str | None] = mapped_column(Text)
+    waiting_reason: Mapped[str | None] = mapped_column(Text)
+    worker: Mapped[str | None] = mapped_column(String(256))
+    attempt: Mapped[int] = mapped_column(Integer, default=1)
+    idempotency_key: Mapped[str | None] = mapped_column(String(256))
+    # The lease: the worker that claimed the job renews it while the job runs.
+    lease_owner: Mapped[str | None] = mapped_column(String(256))
+    lease_expires_at: Mapped[datetime | None]
+    created_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    updated_at: Mapped[datetime]
+
+
+class EpochMetricsRow(Base):
+    __tablename__ = "epoch_metrics"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    epoch: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    data: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+
+
+class CheckpointRow(Base):
+    __tablename__ = "checkpoints"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    epoch: Mapped[int] = mapped_column(Integer)
+    path: Mapped[str] = mapped_column(String(512))
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    sha256: Mapped[str] = mapped_column(String(64))
+    is_best: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime]
+
+
+class ApiTokenRow(Base):
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(128))
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    token_sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]
+
+
+class DispatchIntentRow(Base):
+    """The outbox: written in the job's own transaction, deleted once the message is sent."""
+
+    __tablename__ = "dispatch_intents"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    device: Mapped[str] = mapped_column(String(8))
+    created_at: Mapped[datetime]
+    send_attempts: Mapped[int] = mapped_column(Integer, default=0)

@@ -1,0 +1,235 @@
+"""The `trainjobs` command: run the service's parts, and talk to a running one over HTTP."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from trainjobs.client import ApiError, TrainJobsClient
+from trainjobs.contract.events import TERMINAL_STATES
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "handler"):
+        parser.print_help()
+        sys.exit(2)
+    try:
+        sys.exit(args.handler(args) or 0)
+    except ApiError as error:
+        print(f"error: {error.detail} (HTTP {error.status})", file=sys.stderr)
+    except httpx.HTTPError as error:
+        print(f"error: cannot reach {args.url if hasattr(args, 'url') else 'the API'}: {error}", file=sys.stderr)
+    except (OSError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+    sys.exit(1)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trainjobs", description=__doc__)
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    def command(name: str, handler, help_: str, client: bool = False) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_, description=help_)
+        sub.set_defaults(handler=handler)
+        if client:
+            sub.add_argument("--url", default=os.environ.get("TRAINJOBS_URL", "http://127.0.0.1:8000"),
+                             help="API address [$TRAINJOBS_URL or http://127.0.0.1:8000]")
+            sub.add_argument("--token", default=os.environ.get("TRAINJOBS_TOKEN"),
+                             help="bearer token [$TRAINJOBS_TOKEN]")
+        return sub
+
+    up = command("up", _up, "migrate, then run the API and one local worker in the foreground")
+    up.add_argument("--host", default="127.0.0.1")
+    up.add_argument("--port", type=int, default=8000)
+    up.add_argument("--cpu-slots", type=int, default=2, help="cpu ranks the local worker may run at once")
+
+    command("migrate", _migrate, "apply the database migrations (alembic upgrade head)")
+
+    api = command("api", _api, "run the HTTP API alone")
+    api.add_argument("--host", default="127.0.0.1")
+    api.add_argument("--port", type=int, default=8000)
+
+    worker = command("worker", _worker, "run one worker pinned to the given devices")
+    devices = worker.add_mutually_exclusive_group(required=True)
+    devices.add_argument("--gpus", help="comma-separated cuda device ids this worker owns, e.g. 0,1")
+    devices.add_argument("--cpu-slots", type=int, help="number of cpu ranks this worker may run at once")
+    worker.add_argument("--hostname", help="name shown for this worker [the host name]")
+
+    token = commands.add_parser("token", help="manage API tokens (on the server)").add_subparsers(metavar="ACTION")
+    create = token.add_parser("create", help="create a token; prints it as the last line")
+    create.add_argument("--owner", required=True)
+    create.add_argument("--admin", action="store_true", help="may see every owner's jobs")
+    create.set_defaults(handler=_token_create)
+
+    submit = command("submit", _submit, "submit a job spec (JSON or YAML); prints the job id", client=True)
+    submit.add_argument("spec", type=Path)
+    submit.add_argument("--watch", action="store_true", help="follow the job until it ends; exit 0 only if it succeeded")
+    submit.add_argument("--idempotency-key")
+
+    command("jobs", _jobs, "list jobs, newest first", client=True).add_argument("--state")
+    for name, handler, help_ in (("status", _status, "print a job as JSON"),
+                                 ("watch", _watch, "follow a job until it ends; exit 0 only if it succeeded"),
+                                 ("metrics", _metrics, "print a job's per-epoch metrics")):
+        command(name, handler, help_, client=True).add_argument("job_id")
+    return parser
+
+
+# ---- server-side commands ---------------------------------------------------------------------
+
+
+def _settings():
+    from trainjobs.settings import load_settings
+
+    settings = load_settings()
+    settings.home.mkdir(parents=True, exist_ok=True)
+    return settings
+
+
+def _migrate(_args) -> None:
+    from service.migrate import upgrade_to_head
+
+    upgrade_to_head(_settings().sql_url)
+    print("database is at the latest schema")
+
+
+def _api(args) -> None:
+    import uvicorn
+
+    from service.api.app import create_app
+
+    uvicorn.run(create_app(_settings()), host=args.host, port=args.port, log_level="info")
+
+
+def _worker(args) -> None:
+    from worker.celery_app import run_worker
+    from worker.devices import DevicePool
+
+    if args.gpus:
+        pool = DevicePool("cuda", [int(part) for part in args.gpus.split(",") if part.strip()])
+    else:
+        if args.cpu_slots < 1:
+            raise ValueError("--cpu-slots must be at least 1")
+        pool = DevicePool("cpu", list(range(args.cpu_slots)))
+    run_worker(_settings(), pool, args.hostname)
+
+
+def _token_create(args) -> None:
+    from service.auth import create_token
+    from service.db import make_engine, make_session_factory, transaction
+
+    with transaction(make_session_factory(make_engine(_settings().sql_url))) as session:
+        token = create_token(session, args.owner, args.admin)
+    print(f"token for {args.owner}{' (admin)' if args.admin else ''}:")
+    print(token)
+
+
+def _up(args) -> None:
+    from service.auth import create_token
+    from service.db import make_engine, make_session_factory, transaction
+
+    _migrate(args)
+    settings = _settings()
+    with transaction(make_session_factory(make_engine(settings.sql_url))) as session:
+        token = create_token(session, "admin", is_admin=True)
+    worker = subprocess.Popen([sys.executable, "-m", "trainjobs.cli", "worker", "--cpu-slots", str(args.cpu_slots)])
+    print(f"trainjobs API on http://{args.host}:{args.port}", flush=True)
+    print(f"token: {token}", flush=True)
+    try:
+        _api(args)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+
+
+# ---- client commands --------------------------------------------------------------------------
+
+
+def _client(args) -> TrainJobsClient:
+    if not args.token:
+        raise ValueError("no token: pass --token or set TRAINJOBS_TOKEN")
+    return TrainJobsClient(args.url, args.token)
+
+
+def _submit(args) -> int:
+    text = args.spec.read_text()
+    if args.spec.suffix in (".yaml", ".yml"):
+        import yaml
+
+        spec = yaml.safe_load(text)
+    else:
+        spec = json.loads(text)
+    client = _client(args)
+    job = client.submit(spec, args.idempotency_key)
+    print(job["id"], flush=True)
+    return _follow(client, job["id"]) if args.watch else 0
+
+
+def _jobs(args) -> None:
+    page = _client(args).jobs(state=args.state)
+    print(f"{'ID':<18} {'STATE':<10} {'EPOCH':>9} {'MODEL':<10} {'NAME'}")
+    for job in page["items"]:
+        epochs = f"{job['epoch']}/{job['spec']['epochs']}"
+        print(f"{job['id']:<18} {job['state']:<10} {epochs:>9} {job['spec']['model']['name']:<10} {job['name'] or ''}")
+
+
+def _status(args) -> None:
+    print(json.dumps(_client(args).job(args.job_id), indent=2))
+
+
+def _watch(args) -> int:
+    return _follow(_client(args), args.job_id)
+
+
+def _metrics(args) -> None:
+    rows = _client(args).metrics(args.job_id)
+    print(f"{'EPOCH':>5} {'TRAIN_LOSS':>11} {'VAL_LOSS':>10} {'VAL_ACC':>8} {'LR':>10} {'SECONDS':>8} {'SAMPLES/S':>10}")
+    for row in rows:
+        accuracy = f"{row['val_accuracy']:.4f}" if row.get("val_accuracy") is not None else "-"
+        print(f"{row['epoch']:>5} {row['train_loss']:>11.4f} {row['val_loss']:>10.4f} {accuracy:>8} "
+              f"{row['lr']:>10.3g} {row['epoch_seconds']:>8.2f} {row['samples_per_second']:>10.1f}")
+
+
+def _follow(client: TrainJobsClient, job_id: str, interval: float = 1.0) -> int:
+    """Poll the job, printing a progress line per change; exit status 0 only for success."""
+    last_line = None
+    while True:
+        job = client.job(job_id)
+        line = _progress_line(job)
+        if line != last_line:
+            print(line, flush=True)
+            last_line = line
+        if job["state"] in TERMINAL_STATES:
+            if job["error"]:
+                print(f"error: {job['error']}", file=sys.stderr)
+            return 0 if job["state"] == "succeeded" else 1
+        time.sleep(interval)
+
+
+def _progress_line(job: dict) -> str:
+    total = job["spec"]["epochs"]
+    done = job["epoch"]
+    width = 20
+    filled = int(width * done / total) if total else width
+    line = f"{job['id']} [{'#' * filled}{'.' * (width - filled)}] epoch {done}/{total} {job['state']}"
+    metrics = job["metrics"]
+    if metrics:
+        line += (f" train_loss {metrics['train_loss']:.4f} val_loss {metrics['val_loss']:.4f}"
+                 f" {metrics['samples_per_second']:.0f} samples/s")
+    if job["stop_reason"]:
+        line += f" ({job['stop_reason']})"
+    return line
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+"""The job document: what every response that returns a job carries."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from trainjobs.contract.events import JobState, StopReason
+
+
+class Effective(BaseModel):
+    world_size: int
+    global_batch_size: int
+    lr: float
+
+
+class JobDocument(BaseModel):
+    id: str
+    name: str | None
+    owner: str
+    state: JobState
+    stop_reason: StopReason | None
+    spec: dict[str, Any] = Field(description="the job spec with every default filled in")
+    effective: Effective
+    epoch: int
+    metrics: dict[str, Any] | None
+    error: str | None
+    waiting_reason: str | None
+    worker: str | None
+    attempt: int
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class JobPage(BaseModel):
+    items: list[JobDocument]
+    next_cursor: str | None

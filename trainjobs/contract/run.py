@@ -1,0 +1,34 @@
+"""What a worker hands its launcher, and the launcher each rank: one run of one job attempt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from trainjobs.contract.spec import JobSpec
+
+
+class RunRequest(BaseModel):
+    job_id: str
+    attempt: int
+    spec: JobSpec
+    devices: list[int] = []                 # leased cuda device ids; empty on cpu
+    run_dir: str                            # rank logs, results and errors of this attempt
+    checkpoint_dir: str                     # the checkpoint store's root
+    redis_url: str
+    events_stream: str
+    resume_path: str | None = None          # relative to checkpoint_dir
+    init_path: str | None = None            # relative to checkpoint_dir
+    process_group_timeout_seconds: float = 120.0
+
+    @property
+    def run_path(self) -> Path:
+        return Path(self.run_dir)
+
+
+class RankResult(BaseModel):
+    """Written by rank 0 after the final barrier: every rank has finished its work by then."""
+
+    stop_reason: str
+    epoch: int

@@ -1,0 +1,152 @@
+"""The job spec: the body of `POST /v1/jobs`, and what the worker trains.
+
+`JobSpec.model_validate` checks the structure (unknown fields, ranges, types without coercion)
+and then the catalog: the model and dataset exist, their params are valid, and the model params
+that describe the data are filled from the dataset. A validated spec therefore has every default
+filled, which is what the job document shows back.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, model_serializer, model_validator
+
+from trainjobs.contract.catalog import DATASETS, MODELS, SpecError, StrictModel
+
+
+class ModelRef(StrictModel):
+    name: str = Field(min_length=1, max_length=128)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class DataRef(StrictModel):
+    name: str = Field(min_length=1, max_length=128)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class OptimizerSpec(StrictModel):
+    name: Literal["sgd", "adamw"]
+    lr: float = Field(gt=0.0, le=100.0)
+    momentum: float = Field(0.9, ge=0.0, lt=1.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+
+
+class SchedulerSpec(StrictModel):
+    """Per-step schedule over fractional epochs: linear warm-up, then cosine to 0 or step decay.
+
+    `step_size` and `gamma` belong to "step" alone: they are filled (1 and 0.1) only there, so an
+    omitted scheduler reads back as `{"name": "none", "warmup_epochs": 0}` as the contract says.
+    """
+
+    name: Literal["none", "cosine", "step"] = "none"
+    warmup_epochs: int = Field(0, ge=0)
+    step_size: int | None = Field(None, ge=1, description="step: epochs between decays [1]")
+    gamma: float | None = Field(None, gt=0.0, le=1.0, description="step: factor at each decay [0.1]")
+
+    @model_validator(mode="after")
+    def _fill_step_params(self) -> "SchedulerSpec":
+        if self.name == "step":
+            self.step_size = self.step_size or 1
+            self.gamma = self.gamma or 0.1
+        elif self.step_size is not None or self.gamma is not None:
+            raise ValueError("step_size and gamma apply to the 'step' scheduler only")
+        return self
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_step_params(self, handler):
+        return {key: value for key, value in handler(self).items() if value is not None}
+
+
+class EarlyStoppingSpec(StrictModel):
+    patience: int = Field(ge=1)
+    min_delta: float = Field(0.0, ge=0.0)
+
+
+class CheckpointPolicy(StrictModel):
+    every_epochs: int = Field(1, ge=1)
+    keep_last: int = Field(3, ge=1)
+
+
+class JobSpec(StrictModel):
+    name: str | None = Field(None, min_length=1, max_length=128)
+    model: ModelRef
+    data: DataRef
+    device: Literal["cuda", "cpu"] = "cuda"
+    gpus: int = Field(1, ge=1, le=64)
+    strategy: Literal["ddp", "dp"] = "ddp"
+    precision: Literal["fp32", "fp16", "bf16"] = "fp32"
+    accumulation_steps: int = Field(1, ge=1, le=1024)
+    epochs: int = Field(ge=1, le=100_000)
+    batch_size: int = Field(ge=1, le=1_000_000)
+    optimizer: OptimizerSpec
+    lr_scaling: Literal["linear", "sqrt", "none"] = "linear"
+    scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+    early_stopping: EarlyStoppingSpec | None = None
+    checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
+    resume_from: str | None = Field(None, min_length=1, max_length=200)
+    init_from: str | None = Field(None, min_length=1, max_length=200)
+    seed: int = Field(0, ge=0, le=2**32 - 1)
+    grad_clip_norm: float | None = Field(None, gt=0.0)
+    max_runtime_seconds: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _check_against_catalog(self) -> "JobSpec":
+        try:
+            self._resolve_catalog()
+            self._check_device_rules()
+        except SpecError as error:
+            raise ValueError(str(error)) from None
+        return self
+
+    def _resolve_catalog(self) -> None:
+        data_params_type = DATASETS.get(self.data.name)
+        if data_params_type is None:
+            raise SpecError("data.name", f"unknown dataset {self.data.name!r}; known: {sorted(DATASETS)}")
+        model_params_type = MODELS.get(self.model.name)
+        if model_params_type is None:
+            raise SpecError("model.name", f"unknown model {self.model.name!r}; known: {sorted(MODELS)}")
+        data_params = _validate_params(data_params_type, self.data.params, "data.params")
+        model_params = _validate_params(model_params_type, self.model.params, "model.params")
+        model_params = model_params.resolve(data_params.describe())
+        self.data.params = data_params.model_dump(mode="json")
+        self.model.params = model_params.model_dump(mode="json")
+
+    def _check_device_rules(self) -> None:
+        if self.device == "cpu" and self.precision == "fp16":
+            raise SpecError("precision", "fp16 needs device 'cuda'; on cpu use 'bf16' or 'fp32'")
+        if self.strategy == "dp" and self.device != "cuda":
+            raise SpecError("strategy", "'dp' (nn.DataParallel) runs on cuda only; use 'ddp' on cpu")
+        if self.resume_from and self.init_from:
+            raise SpecError("init_from", "give either resume_from or init_from, not both")
+
+    # ---- what the spec implies ----------------------------------------------------------------
+
+    @property
+    def world_size(self) -> int:
+        """DDP ranks. DataParallel runs one process that drives all `gpus`."""
+        return 1 if self.strategy == "dp" else self.gpus
+
+    @property
+    def global_batch_size(self) -> int:
+        return self.batch_size * self.gpus * self.accumulation_steps
+
+    @property
+    def effective_lr(self) -> float:
+        return scaled_lr(self.optimizer.lr, self.lr_scaling, self.gpus * self.accumulation_steps)
+
+
+def scaled_lr(base_lr: float, rule: str, k: int) -> float:
+    """The learning rate for k = gpus x accumulation_steps times the base batch (Goyal et al.:
+    linear; Krizhevsky: sqrt)."""
+    return base_lr * {"linear": k, "sqrt": math.sqrt(k), "none": 1}[rule]
+
+
+def _validate_params(params_type, params: dict[str, Any], field: str):
+    try:
+        return params_type.model_validate(params)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise SpecError(f"{field}.{where}" if where else field, first["msg"]) from None

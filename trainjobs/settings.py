@@ -1,0 +1,67 @@
+"""One typed settings object for every process (API, worker, CLI), read from `TRAINJOBS_*`.
+
+Bad values fail at start-up, not in the middle of a job.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TRAINJOBS_", extra="ignore")
+
+    home: Path = Field(Path.home() / ".trainjobs", description="data dir for the defaults below")
+    database_url: str | None = Field(None, description="SQLAlchemy URL; SQLite under home if unset")
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    namespace: str = Field("trainjobs", pattern=r"^[A-Za-z0-9_.-]{1,64}$",
+                           description="prefix of Redis keys and Celery queues, so stacks can share a Redis")
+    data_root: Path | None = Field(None, description="datasets read files only under it [home/data]")
+    checkpoint_dir: Path | None = Field(None, description="checkpoint store [home/checkpoints]")
+    run_dir: Path | None = Field(None, description="per-run scratch: rank logs, results [home/runs]")
+
+    # Dispatch, leases and recovery.
+    lease_seconds: float = Field(30.0, gt=1.0, description="a claimed job's lease; renewed every third of it")
+    sweep_interval_seconds: float = Field(2.0, gt=0.0)
+    outbox_grace_seconds: float = Field(5.0, ge=0.0, description="the sweeper leaves younger intents to the request that made them")
+    broker_visibility_timeout: int = Field(3600, ge=1)
+    process_group_timeout_seconds: float = Field(120.0, gt=0.0)
+
+    # API.
+    max_request_bytes: int = Field(1024 * 1024, ge=1024)
+    run_background: bool = Field(True, description="run the collector and sweeper inside the API process")
+
+    @field_validator("database_url")
+    @classmethod
+    def _known_database(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("sqlite", "postgresql")):
+            raise ValueError("TRAINJOBS_DATABASE_URL must be a sqlite:// or postgresql:// URL")
+        return url
+
+    @cached_property
+    def sql_url(self) -> str:
+        return self.database_url or f"sqlite:///{self.home / 'trainjobs.db'}"
+
+    @cached_property
+    def data_root_path(self) -> Path:
+        return (self.data_root or self.home / "data").resolve()
+
+    @cached_property
+    def checkpoint_path(self) -> Path:
+        return (self.checkpoint_dir or self.home / "checkpoints").resolve()
+
+    @cached_property
+    def run_path(self) -> Path:
+        return (self.run_dir or self.home / "runs").resolve()
+
+    @property
+    def events_stream(self) -> str:
+        return f"{self.namespace}:events"
+
+
+def load_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,45 @@
+"""The worker: a Celery app consuming its device type's queue, with one task that runs a job.
+
+The pool is threads, one per device (slot): a task thread only claims the job, starts the
+launcher process and keeps the job's lease alive while it runs; the ranks are the launcher's
+children (see worker/launcher.py for why not Celery's prefork children).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+from celery import Celery
+
+from service.db import make_engine, make_session_factory
+from trainjobs.contract.dispatch import RUN_JOB_TASK, make_celery, queue_for
+from trainjobs.settings import Settings
+from worker.devices import DevicePool
+from worker.job_runner import JobRunner
+
+log = logging.getLogger(__name__)
+
+
+def create_worker_app(settings: Settings, pool: DevicePool, hostname: str) -> Celery:
+    app = make_celery("trainjobs-worker", settings.redis_url, settings.broker_visibility_timeout)
+    runner = JobRunner(settings, make_session_factory(make_engine(settings.sql_url)), pool, hostname)
+
+    @app.task(name=RUN_JOB_TASK, bind=True, max_retries=None)
+    def run_job(task, job_id: str) -> None:
+        if runner.run(job_id) == "busy":
+            # Every device is leased right now: hand the message back for later, to us or another worker.
+            raise task.retry(countdown=2)
+
+    return app
+
+
+def run_worker(settings: Settings, pool: DevicePool, hostname: str | None = None) -> None:
+    hostname = hostname or socket.gethostname()
+    app = create_worker_app(settings, pool, hostname)
+    app.worker_main([
+        "worker", "--pool=threads", f"--concurrency={pool.size}",
+        f"--queues={queue_for(settings.namespace, pool.kind)}",
+        f"--hostname={settings.namespace}@{hostname}", "--loglevel=INFO",
+        "--without-gossip", "--without-mingle",
+    ])

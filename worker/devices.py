@@ -1,0 +1,44 @@
+"""The devices a worker owns, and leases of them to jobs. A job runs only on devices it leased,
+and two jobs never lease the same device."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DeviceLease:
+    kind: str                 # "cuda" or "cpu"
+    ids: tuple[int, ...]      # cuda device ids, or cpu slot numbers
+
+
+class DevicePool:
+    def __init__(self, kind: str, ids: list[int]):
+        if not ids:
+            raise ValueError("a worker needs at least one device or cpu slot")
+        self.kind = kind
+        self.ids = list(ids)
+        self._free = list(ids)
+        self._lock = threading.Lock()
+
+    @property
+    def size(self) -> int:
+        return len(self.ids)
+
+    @property
+    def busy(self) -> int:
+        with self._lock:
+            return len(self.ids) - len(self._free)
+
+    def lease_devices(self, count: int) -> DeviceLease | None:
+        """Take `count` free devices, or None when fewer are free now."""
+        with self._lock:
+            if count > len(self._free):
+                return None
+            taken, self._free = self._free[:count], self._free[count:]
+            return DeviceLease(self.kind, tuple(taken))
+
+    def release(self, lease: DeviceLease) -> None:
+        with self._lock:
+            self._free = sorted(set(self._free) | set(lease.ids))

@@ -1,0 +1,74 @@
+"""The spawn target: one DDP rank. Set up, build, train, tear down.
+
+Each rank's stdout and stderr go to its own log file in the run directory. A rank that raises
+writes its traceback next to it for the launcher to report. A rank ends with os._exit once its
+output is flushed and its process group destroyed: with torch 2.13/2.14 on CPU, gloo ranks
+sometimes abort (SIGABRT) in interpreter shutdown after all their work is done, and skipping
+that shutdown avoids it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import torch.distributed as dist
+
+from trainjobs.contract.run import RankResult, RunRequest
+
+
+def run_rank(rank: int, request: RunRequest, port: int) -> None:
+    _redirect_output(request, rank)
+    exit_code = 0
+    try:
+        stop_reason, epoch = _train(rank, request, port)
+        if rank == 0:
+            result = RankResult(stop_reason=stop_reason, epoch=epoch)
+            (request.run_path / "result.json").write_text(result.model_dump_json())
+    except BaseException:
+        exit_code = 1
+        (request.run_path / f"rank{rank}.error").write_text(traceback.format_exc())
+        traceback.print_exc()
+    finally:
+        if dist.is_initialized():
+            if exit_code == 0:
+                dist.destroy_process_group()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_code)
+
+
+def _train(rank: int, request: RunRequest, port: int) -> tuple[str, int]:
+    # Imported here: the spawned interpreter pays for torch only once it is a rank.
+    from pathlib import Path
+
+    from worker.reporter import EventReporter
+    from worker.trainer.checkpoints import CheckpointStore
+    from worker.trainer.distributed import init_rank
+    from worker.trainer.trainer import Trainer
+
+    spec = request.spec
+    context = init_rank(rank, spec.world_size, port, spec.device, request.process_group_timeout_seconds)
+    store = CheckpointStore(Path(request.checkpoint_dir))
+    reporter = (EventReporter(request.redis_url, request.events_stream, request.job_id, request.attempt)
+                if context.is_main else None)
+    trainer = Trainer(spec, request.job_id, context, store, reporter)
+    if request.resume_path:
+        trainer.load_state_dict(store.load(request.resume_path))
+        print(f"resumed from {request.resume_path} after epoch {trainer.epoch}", flush=True)
+    elif request.init_path:
+        skipped = trainer.load_weights(store.load(request.init_path)["model"])
+        print(f"initialised from {request.init_path}; skipped keys: {skipped or 'none'}", flush=True)
+    stop_reason = trainer.fit()
+    # Every rank reaches this barrier only after rank 0 wrote and reported its last checkpoint.
+    dist.barrier()
+    return stop_reason, trainer.epoch
+
+
+def _redirect_output(request: RunRequest, rank: int) -> None:
+    log = open(request.run_path / f"rank{rank}.log", "ab", buffering=0)
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)

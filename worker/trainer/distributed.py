@@ -1,0 +1,44 @@
+"""Process-group set-up and teardown for one rank: gloo on cpu, NCCL with one GPU per rank."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class RankContext:
+    rank: int
+    world_size: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_rank(rank: int, world_size: int, port: int, device_kind: str, timeout_seconds: float) -> RankContext:
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    if device_kind == "cuda":
+        # The launcher set CUDA_VISIBLE_DEVICES to the leased GPUs: rank i owns visible GPU i.
+        torch.cuda.set_device(rank)
+        device, backend = torch.device("cuda", rank), "nccl"
+    else:
+        # Ranks share the host's cores; more threads than cores per rank only thrash.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+        device, backend = torch.device("cpu"), "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=timeout_seconds),
+                            device_id=device if device.type == "cuda" else None)
+    return RankContext(rank=rank, world_size=world_size, device=device)
+
+
+def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return tensor.tolist()

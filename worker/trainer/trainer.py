@@ -1,0 +1,232 @@
+"""The training loop. One Trainer per job attempt per rank; everything a resume needs is in
+its state_dict.
+
+Read `train_epoch` top to bottom: autocast, the gradient scaler, accumulation with gradient
+sync on the last micro-step only, clipping and the per-step schedule are each a few lines.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, Subset
+
+from trainjobs.contract.events import CheckpointRecord, CheckpointRemoved, EpochMetrics
+from trainjobs.contract.spec import JobSpec
+from worker.trainer.checkpoints import CheckpointStore, to_remove
+from worker.trainer.data import build_datasets
+from worker.trainer.distributed import RankContext, all_reduce_sum
+from worker.trainer.models import build_model
+from worker.trainer.schedule import build_scheduler
+
+AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class Trainer:
+    def __init__(self, spec: JobSpec, job_id: str, rank: RankContext, store: CheckpointStore, reporter=None):
+        self.spec = spec
+        self.job_id = job_id
+        self.rank = rank
+        self.store = store
+        self.reporter = reporter  # rank 0 only; None elsewhere
+        device = rank.device
+        torch.manual_seed(spec.seed)
+
+        train_set, val_set = build_datasets(spec.data.name, spec.data.params)
+        self.train_sampler = DistributedSampler(train_set, num_replicas=rank.world_size, rank=rank.rank,
+                                                shuffle=True, seed=spec.seed)
+        # Validation is sharded without padding so every sample counts exactly once.
+        val_shard = Subset(val_set, range(rank.rank, len(val_set), rank.world_size))
+        loader_options = _loader_options(spec.data.params, device)
+        self.train_loader = DataLoader(train_set, batch_size=spec.batch_size, sampler=self.train_sampler,
+                                       **loader_options)
+        self.val_loader = DataLoader(val_shard, batch_size=spec.batch_size, **loader_options)
+
+        self.raw_model = build_model(spec.model.name, spec.model.params).to(device)
+        self.model: nn.Module = DistributedDataParallel(
+            self.raw_model, device_ids=[device.index] if device.type == "cuda" else None)
+        self.optimizer = _build_optimizer(spec, self.raw_model)
+        self.steps_per_epoch = math.ceil(len(self.train_loader) / spec.accumulation_steps)
+        self.scheduler = build_scheduler(self.optimizer, spec.scheduler, spec.epochs, self.steps_per_epoch)
+        self.scaler = torch.amp.GradScaler(device.type, enabled=spec.precision == "fp16")
+
+        self.epoch = 0                      # last finished epoch
+        self.best_val_loss = math.inf
+        self.epochs_without_improvement = 0
+        self.kept: list[CheckpointRecord] = []
+        self.best_checkpoint_id: str | None = None
+
+    # ---- the loop ------------------------------------------------------------------------------
+
+    def fit(self) -> str:
+        """Train the remaining epochs; return the stop reason ("completed" or "early_stopping")."""
+        for epoch in range(self.epoch + 1, self.spec.epochs + 1):
+            metrics = self.run_epoch(epoch)
+            improved = metrics.val_loss < self.best_val_loss - self._min_delta()
+            if improved:
+                self.best_val_loss, self.epochs_without_improvement = metrics.val_loss, 0
+            else:
+                self.epochs_without_improvement += 1
+            self.epoch = epoch
+            stopping = self._should_stop_early()
+            if self.rank.is_main:
+                self.reporter.send(metrics)
+                if improved or stopping or self._checkpoint_due(epoch):
+                    self.save_checkpoint(is_best=improved)
+            if stopping:
+                return "early_stopping"
+        return "completed"
+
+    def run_epoch(self, epoch: int) -> EpochMetrics:
+        start = time.perf_counter()
+        train_loss, samples = self.train_epoch(epoch)
+        seconds = time.perf_counter() - start
+        val_loss, val_accuracy = self.evaluate()
+        return EpochMetrics(
+            epoch=epoch, train_loss=train_loss, val_loss=val_loss, val_accuracy=val_accuracy,
+            lr=self.optimizer.param_groups[0]["lr"], epoch_seconds=seconds,
+            samples_per_second=samples / seconds if seconds > 0 else 0.0,
+        )
+
+    def train_epoch(self, epoch: int) -> tuple[float, int]:
+        """One pass over this rank's shard; returns the global mean loss and global samples."""
+        spec, device = self.spec, self.rank.device
+        self.model.train()
+        self.train_sampler.set_epoch(epoch)   # a different shuffle each epoch, the same on every rank
+        n_batches = len(self.train_loader)
+        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        samples = 0
+        for step, (inputs, targets) in enumerate(self.train_loader):
+            inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+            # Micro-batches form groups of accumulation_steps; a trailing group may be shorter.
+            group_start = step - step % spec.accumulation_steps
+            group_size = min(spec.accumulation_steps, n_batches - group_start)
+            last_micro_step = step == group_start + group_size - 1
+            # Gradients are all-reduced on the group's last backward only; the others accumulate locally.
+            sync = nullcontext() if last_micro_step else self.model.no_sync()
+            with sync:
+                with self._autocast():
+                    loss = F.cross_entropy(self.model(inputs), targets)
+                self.scaler.scale(loss / group_size).backward()
+            loss_sum += loss.detach() * len(inputs)
+            samples += len(inputs)
+            if last_micro_step:
+                if spec.grad_clip_norm is not None:
+                    self.scaler.unscale_(self.optimizer)
+                    nn.utils.clip_grad_norm_(self.raw_model.parameters(), spec.grad_clip_norm)
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+                self.optimizer.zero_grad(set_to_none=True)
+                self.scheduler.step()
+        total_loss, total_samples = all_reduce_sum([loss_sum.item(), samples], device)
+        mean_loss = total_loss / max(total_samples, 1)
+        if not math.isfinite(mean_loss) and spec.precision != "fp16":
+            raise FloatingPointError(f"loss became {mean_loss} in epoch {epoch}")
+        return mean_loss, int(total_samples)
+
+    @torch.no_grad()
+    def evaluate(self) -> tuple[float, float]:
+        """Mean validation loss and accuracy over the whole validation set (all ranks)."""
+        device = self.rank.device
+        self.model.eval()
+        loss_sum, correct, count = 0.0, 0.0, 0
+        for inputs, targets in self.val_loader:
+            inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+            with self._autocast():
+                logits = self.raw_model(inputs).float()
+            # Per sample first (a sequence target averages its time steps), then summed.
+            per_sample_loss = F.cross_entropy(logits, targets, reduction="none").reshape(len(targets), -1)
+            per_sample_hits = (logits.argmax(dim=1) == targets).float().reshape(len(targets), -1)
+            loss_sum += per_sample_loss.mean(dim=1).sum().item()
+            correct += per_sample_hits.mean(dim=1).sum().item()
+            count += len(targets)
+        loss_sum, correct, count = all_reduce_sum([loss_sum, correct, count], device)
+        return loss_sum / max(count, 1), correct / max(count, 1)
+
+    def load_weights(self, weights: dict[str, torch.Tensor]) -> list[str]:
+        """init_from: take the weights whose names and shapes match; return the keys skipped
+        (a new head for another number of classes, say)."""
+        own = self.raw_model.state_dict()
+        usable = {key: value for key, value in weights.items() if key in own and own[key].shape == value.shape}
+        self.raw_model.load_state_dict(usable, strict=False)
+        return sorted(set(own) - set(usable))
+
+    # ---- checkpoints ---------------------------------------------------------------------------
+
+    def save_checkpoint(self, is_best: bool) -> None:
+        """Rank 0: write this epoch's checkpoint, report it, and rotate the old ones out."""
+        record = self.store.write(self.job_id, self.epoch, self.state_dict(), is_best)
+        self.kept.append(record)
+        if is_best:
+            self.best_checkpoint_id = record.id
+        self.reporter.send(record)  # with is_best, the collector un-marks the previous best
+        for old in to_remove(self.kept, self.spec.checkpoint.keep_last, self.best_checkpoint_id):
+            self.store.delete(old)
+            self.kept.remove(old)
+            self.reporter.send(CheckpointRemoved(id=old.id))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.raw_model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
+            "epoch": self.epoch,
+            "best_val_loss": self.best_val_loss,
+            "epochs_without_improvement": self.epochs_without_improvement,
+            "kept_checkpoints": [record.model_dump(mode="json") for record in self.kept],
+            "best_checkpoint_id": self.best_checkpoint_id,
+            "rng": {"torch": torch.get_rng_state()},
+            "spec": self.spec.model_dump(mode="json"),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.raw_model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if state["scaler"] is not None:
+            self.scaler.load_state_dict(state["scaler"])
+        self.epoch = state["epoch"]
+        self.best_val_loss = state["best_val_loss"]
+        self.epochs_without_improvement = state["epochs_without_improvement"]
+        self.kept = [CheckpointRecord.model_validate(record) for record in state["kept_checkpoints"]]
+        self.best_checkpoint_id = state["best_checkpoint_id"]
+        torch.set_rng_state(state["rng"]["torch"])
+
+    # ---- small rules ---------------------------------------------------------------------------
+
+    def _autocast(self):
+        dtype = AUTOCAST_DTYPES.get(self.spec.precision)
+        return torch.autocast(self.rank.device.type, dtype=dtype) if dtype else nullcontext()
+
+    def _min_delta(self) -> float:
+        return self.spec.early_stopping.min_delta if self.spec.early_stopping else 0.0
+
+    def _should_stop_early(self) -> bool:
+        rule = self.spec.early_stopping
+        return rule is not None and self.epochs_without_improvement >= rule.patience and self.epoch < self.spec.epochs
+
+    def _checkpoint_due(self, epoch: int) -> bool:
+        return epoch % self.spec.checkpoint.every_epochs == 0 or epoch == self.spec.epochs
+
+
+def _build_optimizer(spec: JobSpec, model: nn.Module) -> torch.optim.Optimizer:
+    options = spec.optimizer
+    lr = spec.effective_lr
+    if options.name == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=lr, momentum=options.momentum,
+                               weight_decay=options.weight_decay)
+    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=options.weight_decay)
+
+
+def _loader_options(params: dict[str, Any], device: torch.device) -> dict[str, Any]:
+    workers = params["num_workers"]
+    return {"num_workers": workers, "pin_memory": params["pin_memory"] and device.type == "cuda",
+            "persistent_workers": workers > 0}
