@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import secrets
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.harness import REDIS_URL, Stack, clear_namespace, new_token, sql_database
+from trainjobs.settings import Settings
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request, tmp_path):
+    """A fresh migrated database; every test that takes it runs on SQLite and on PostgreSQL."""
+    with sql_database(request.param, tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path):
+    with sql_database("sqlite", tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def namespace():
+    name = f"tjtest-{secrets.token_hex(4)}"
+    yield name
+    clear_namespace(REDIS_URL, name)
+
+
+@pytest.fixture
+def settings(tmp_path, database_url, namespace) -> Settings:
+    return Settings(home=tmp_path, database_url=database_url, redis_url=REDIS_URL, namespace=namespace,
+                    run_background=False)
+
+
+@pytest.fixture
+def api(settings) -> TestClient:
+    """The real app on the real SQL and Redis, in-process (no background loop)."""
+    from service.api.app import create_app
+
+    with TestClient(create_app(settings)) as client:
+        yield client
+
+
+@pytest.fixture
+def alice(settings) -> dict[str, str]:
+    return {"Authorization": f"Bearer {new_token(settings.sql_url, 'alice')}"}
+
+
+@pytest.fixture
+def bob(settings) -> dict[str, str]:
+    return {"Authorization": f"Bearer {new_token(settings.sql_url, 'bob')}"}
+
+
+@pytest.fixture
+def stack_on(tmp_path):
+    """Start a real API + worker on a given database URL; stopped after the test."""
+    stacks: list[Stack] = []
+
+    def start(database_url: str, redis_url: str = REDIS_URL, **env) -> Stack:
+        stack = Stack(tmp_path / f"stack{len(stacks)}", database_url, redis_url, **env)
+        stacks.append(stack)
+        return stack.start()
+
+    yield start
+    for stack in stacks:
+        stack.stop()

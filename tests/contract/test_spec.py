@@ -1,0 +1,58 @@
+import subprocess
+import sys
+
+import pytest
+from pydantic import ValidationError
+
+from trainjobs.contract.spec import JobSpec
+from tests.harness import tiny_wavenet_spec
+
+
+def test_defaults_are_filled_and_model_params_follow_the_dataset():
+    spec = JobSpec.model_validate(tiny_wavenet_spec())
+    assert spec.model.params["mu"] == 32  # from synthetic-audio's mu
+    assert spec.data.params["val_fraction"] == 0.1
+    assert spec.strategy == "ddp" and spec.precision == "fp32" and spec.accumulation_steps == 1
+    dumped = spec.model_dump(mode="json")
+    assert dumped["scheduler"] == {"name": "none", "warmup_epochs": 0}
+    assert dumped["checkpoint"] == {"every_epochs": 1, "keep_last": 3}
+    assert JobSpec.model_validate(dumped) == spec  # a stored spec reads back unchanged
+
+
+def test_mlp_takes_input_and_class_counts_from_the_dataset():
+    spec = JobSpec.model_validate(tiny_wavenet_spec(model={"name": "mlp"}, data={"name": "digits"}))
+    assert spec.model.params == {"hidden": [64], "in_features": 64, "num_classes": 10}
+
+
+def test_effective_values_follow_the_scaling_rules():
+    base = tiny_wavenet_spec(gpus=2, accumulation_steps=4, batch_size=8, optimizer={"name": "sgd", "lr": 0.1})
+    assert JobSpec.model_validate({**base, "lr_scaling": "linear"}).effective_lr == pytest.approx(0.8)
+    assert JobSpec.model_validate({**base, "lr_scaling": "sqrt"}).effective_lr == pytest.approx(0.1 * 8**0.5)
+    assert JobSpec.model_validate({**base, "lr_scaling": "none"}).effective_lr == pytest.approx(0.1)
+    assert JobSpec.model_validate(base).global_batch_size == 64
+
+
+@pytest.mark.parametrize("change, names", [
+    ({"surprise": 1}, "surprise"),
+    ({"model": {"name": "gpt9"}}, "model.name"),
+    ({"model": {"name": "wavenet", "params": {"n_layers": 3}}}, "model.params.n_layers"),
+    ({"model": {"name": "wavenet", "params": {"mu": 64}}}, "model.params.mu"),
+    ({"data": {"name": "imagenet"}}, "data.name"),
+    ({"gpus": 0}, "gpus"),
+    ({"batch_size": -1}, "batch_size"),
+    ({"precision": "fp8"}, "precision"),
+    ({"epochs": "3"}, "epochs"),
+    ({"precision": "fp16"}, "precision"),          # cpu has no fp16 path: refused at submit
+    ({"strategy": "dp"}, "strategy"),              # DataParallel is cuda-only
+    ({"model": {"name": "mlp"}}, "model.name"),    # mlp on audio data
+])
+def test_bad_specs_are_refused_naming_the_field(change, names):
+    with pytest.raises(ValidationError) as raised:
+        JobSpec.model_validate({**tiny_wavenet_spec(), **change})
+    assert names in str(raised.value)
+
+
+def test_the_contract_and_the_api_import_no_torch():
+    code = "import sys, trainjobs.contract.spec, trainjobs.contract.events, service.api.app; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

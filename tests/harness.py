@@ -1,0 +1,217 @@
+"""Test harness: real services for real tests.
+
+- SQL: a fresh SQLite file, or a fresh PostgreSQL database created on the server at
+  $TRAINJOBS_TEST_POSTGRES_URL and dropped afterwards; both migrated with Alembic.
+- Redis: the server at $TRAINJOBS_TEST_REDIS_URL, with a namespace per test so keys never mix;
+  or a private redis-server process where a test must stop and restart it.
+- Stack: the API and a worker as real processes (`trainjobs api`, `trainjobs worker`).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import psycopg
+import redis
+from sqlalchemy.engine import make_url
+
+from service.auth import create_token
+from service.db import make_engine, make_session_factory, transaction
+from service.migrate import upgrade_to_head
+
+REDIS_URL = os.environ.get("TRAINJOBS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+POSTGRES_URL = os.environ.get("TRAINJOBS_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float, interval: float = 0.2, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@contextmanager
+def sql_database(kind: str, tmp_path: Path):
+    """Yield the URL of a new, migrated database of `kind` ("sqlite" or "postgresql")."""
+    if kind == "sqlite":
+        url = f"sqlite:///{tmp_path / 'trainjobs.db'}"
+        upgrade_to_head(url)
+        yield url
+        return
+    server = make_url(POSTGRES_URL)
+    name = f"trainjobs_test_{secrets.token_hex(6)}"
+    admin_dsn = server.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(admin_dsn, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    url = server.set(database=name).render_as_string(hide_password=False)
+    try:
+        upgrade_to_head(url)
+        yield url
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def new_token(database_url: str, owner: str, admin: bool = False) -> str:
+    engine = make_engine(database_url)
+    try:
+        with transaction(make_session_factory(engine)) as session:
+            return create_token(session, owner, admin)
+    finally:
+        engine.dispose()
+
+
+def clear_namespace(redis_url: str, namespace: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(f"{namespace}*"))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+class PrivateRedis:
+    """A redis-server of the test's own, on a free port, that the test may stop and restart."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.port = free_port()
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed (the README's setup installs it)")
+        self.process = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
+             "--dir", str(self.directory)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_until(self._answers, 10, what="private redis-server")
+
+    def stop(self) -> None:
+        if self.process:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+            self.process = None
+
+    def _answers(self) -> bool:
+        try:
+            return redis.Redis(port=self.port, socket_connect_timeout=0.5).ping()
+        except redis.ConnectionError:
+            return False
+
+
+class Stack:
+    """The API and one worker as real processes, sharing one SQL database, Redis and home."""
+
+    def __init__(self, home: Path, database_url: str, redis_url: str, cpu_slots: int = 2, **extra_env: str):
+        self.home = home
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.namespace = f"tjtest-{secrets.token_hex(4)}"
+        self.env = dict(os.environ, TRAINJOBS_HOME=str(home), TRAINJOBS_DATABASE_URL=database_url,
+                        TRAINJOBS_REDIS_URL=redis_url, TRAINJOBS_NAMESPACE=self.namespace,
+                        TRAINJOBS_OUTBOX_GRACE_SECONDS="1", TRAINJOBS_SWEEP_INTERVAL_SECONDS="0.5",
+                        PYTHONUNBUFFERED="1", **extra_env)
+        self.database_url = database_url
+        self.redis_url = redis_url
+        self.cpu_slots = cpu_slots
+        self.api: subprocess.Popen | None = None
+        self.worker: subprocess.Popen | None = None
+        self.logs = home / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+
+    def start(self) -> "Stack":
+        self.start_api()
+        self.start_worker()
+        return self
+
+    def start_api(self) -> None:
+        self.api = self._spawn("api", ["api", "--port", str(self.port)])
+        wait_until(self._ready, 30, what="the API's /readyz")
+
+    def start_worker(self) -> None:
+        self.worker = self._spawn("worker", ["worker", "--cpu-slots", str(self.cpu_slots), "--hostname",
+                                             f"worker-{self.namespace}"])
+
+    def kill_api(self) -> None:
+        """SIGKILL, as a crash would: no shutdown handlers run."""
+        self.api.kill()
+        self.api.wait(timeout=10)
+
+    def stop(self) -> None:
+        for process in (self.api, self.worker):
+            if process and process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in (self.api, self.worker):
+            if process:
+                try:
+                    process.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
+        clear_namespace(self.redis_url, self.namespace)
+
+    def client(self, token: str) -> httpx.Client:
+        return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+    def token(self, owner: str = "alice", admin: bool = False) -> str:
+        return new_token(self.database_url, owner, admin)
+
+    def log_text(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text()
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+        log = open(self.logs / f"{name}.log", "ab")
+        return subprocess.Popen([sys.executable, "-m", "trainjobs.cli", *args], env=self.env, stdout=log,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+    def _ready(self) -> bool:
+        if self.api.poll() is not None:
+            raise RuntimeError(f"the API exited:\n{self.log_text('api')[-3000:]}")
+        try:
+            return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+
+def wait_for_terminal(client: httpx.Client, job_id: str, timeout: float = 180) -> dict:
+    def terminal():
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        return job if job["state"] in ("succeeded", "failed", "cancelled") else None
+
+    return wait_until(terminal, timeout, interval=0.5, what=f"job {job_id} to end")
+
+
+def tiny_wavenet_spec(**overrides) -> dict:
+    spec = {
+        "name": "tiny-wavenet",
+        "model": {"name": "wavenet", "params": {"n_residue": 8, "n_skip": 16, "dilation_depth": 4, "n_repeat": 1}},
+        "data": {"name": "synthetic-audio", "params": {"num_samples": 64, "length": 128, "mu": 32}},
+        "device": "cpu", "gpus": 2, "epochs": 3, "batch_size": 8,
+        "optimizer": {"name": "adamw", "lr": 0.01}, "lr_scaling": "none",
+    }
+    spec.update(overrides)
+    return spec

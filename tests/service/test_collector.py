@@ -1,0 +1,104 @@
+"""The collector on the real Redis stream and real SQL: at-least-once delivery, exactly-once rows."""
+
+import redis
+
+from service.collector import EventCollector
+from service.db import make_engine, make_session_factory, transaction
+from service.repositories import checkpoints, epoch_metrics, jobs
+from tests.harness import REDIS_URL
+from trainjobs.contract.events import CheckpointRecord, EpochMetrics, JobEvent, StateChange
+from trainjobs.contract.spec import JobSpec
+from service.jobs import submit
+from service.auth import Principal
+from tests.harness import tiny_wavenet_spec
+
+
+class NoDispatch:
+    def send_committed(self, job_id, device):
+        pass
+
+
+def make_job(sessions) -> str:
+    with transaction(sessions) as session:
+        job, _ = submit(session, Principal("alice", False), JobSpec.model_validate(tiny_wavenet_spec()), NoDispatch())
+        session.info.pop("on_commit", None)
+        return job.id
+
+
+def metrics(epoch: int, loss: float) -> EpochMetrics:
+    return EpochMetrics(epoch=epoch, train_loss=loss, val_loss=loss, lr=0.01, epoch_seconds=1.0, samples_per_second=10.0)
+
+
+def test_events_delivered_twice_are_stored_once(database_url, namespace):
+    sessions = make_session_factory(make_engine(database_url))
+    job_id = make_job(sessions)
+    client = redis.Redis.from_url(REDIS_URL)
+    stream = f"{namespace}:events"
+    sent = [metrics(1, 3.0), metrics(2, 2.0), metrics(2, 2.0), metrics(1, 3.0)]
+    for payload in sent:
+        client.xadd(stream, JobEvent.of(job_id, 1, payload).to_stream_fields())
+    collector = EventCollector(client, sessions, stream, consumer="test")
+    while collector.poll(block_ms=100):
+        pass
+
+    with transaction(sessions) as session:
+        rows = epoch_metrics.for_job(session, job_id)
+        assert [(row.epoch, row.data["train_loss"]) for row in rows] == [(1, 3.0), (2, 2.0)]
+        job = jobs.get(session, job_id)
+        assert job.epoch == 2 and job.metrics["train_loss"] == 2.0
+    assert client.xlen(stream) == 0  # acknowledged and removed after the commit
+
+
+def test_a_consumer_that_died_before_acknowledging_has_its_events_applied_on_restart(database_url, namespace):
+    sessions = make_session_factory(make_engine(database_url))
+    job_id = make_job(sessions)
+    client = redis.Redis.from_url(REDIS_URL)
+    stream = f"{namespace}:events"
+    client.xadd(stream, JobEvent.of(job_id, 1, metrics(1, 3.0)).to_stream_fields())
+    collector = EventCollector(client, sessions, stream, consumer="host-a")
+    collector._ensure_group()
+    # Delivered to host-a, which then dies before applying it (no ack).
+    assert client.xreadgroup("collectors", "host-a", {stream: ">"}, count=10)
+
+    restarted = EventCollector(client, sessions, stream, consumer="host-a")
+    assert restarted.poll(block_ms=100) == 1
+    with transaction(sessions) as session:
+        assert [row.epoch for row in epoch_metrics.for_job(session, job_id)] == [1]
+
+
+def test_state_from_an_older_attempt_is_ignored_and_terminal_states_stick(database_url, namespace):
+    from service.collector import apply_event
+
+    sessions = make_session_factory(make_engine(database_url))
+    job_id = make_job(sessions)
+    with transaction(sessions) as session:
+        jobs.touch(jobs.get(session, job_id), state="running", attempt=2)
+    with transaction(sessions) as session:
+        apply_event(session, JobEvent.of(job_id, 1, StateChange(state="failed", stop_reason="error", error="old")))
+    with transaction(sessions) as session:
+        assert jobs.get(session, job_id).state == "running"
+        apply_event(session, JobEvent.of(job_id, 2, StateChange(state="succeeded", stop_reason="completed")))
+    with transaction(sessions) as session:
+        apply_event(session, JobEvent.of(job_id, 2, StateChange(state="failed", stop_reason="error")))
+    with transaction(sessions) as session:
+        job = jobs.get(session, job_id)
+        assert (job.state, job.stop_reason) == ("succeeded", "completed") and job.finished_at is not None
+
+
+def test_a_new_best_checkpoint_unmarks_the_previous_one(database_url):
+    from datetime import UTC, datetime
+
+    from service.collector import apply_event
+
+    sessions = make_session_factory(make_engine(database_url))
+    job_id = make_job(sessions)
+
+    def record(epoch: int, best: bool) -> CheckpointRecord:
+        return CheckpointRecord(id=f"{job_id}-e{epoch}", epoch=epoch, size_bytes=1, sha256="0" * 64,
+                                is_best=best, created_at=datetime.now(UTC), path=f"{job_id}/{epoch}.pt")
+
+    for epoch in (1, 2):
+        with transaction(sessions) as session:
+            apply_event(session, JobEvent.of(job_id, 1, record(epoch, best=True)))
+    with transaction(sessions) as session:
+        assert [(row.epoch, row.is_best) for row in checkpoints.for_job(session, job_id)] == [(1, False), (2, True)]
