@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+from pydantic import ValidationError
 
 from trainjobs.client import ApiError, TrainJobsClient
 from trainjobs.contract.events import TERMINAL_STATES
@@ -24,6 +25,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     try:
         sys.exit(args.handler(args) or 0)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, item['loc'])) or 'spec'}: {item['msg']}" for item in error.errors())
+        print(f"error: invalid spec: {problems}", file=sys.stderr)
     except ApiError as error:
         print(f"error: {error.detail} (HTTP {error.status})", file=sys.stderr)
     except httpx.HTTPError as error:
@@ -65,6 +69,20 @@ def _parser() -> argparse.ArgumentParser:
     devices.add_argument("--gpus", help="comma-separated cuda device ids this worker owns, e.g. 0,1")
     devices.add_argument("--cpu-slots", type=int, help="number of cpu ranks this worker may run at once")
     worker.add_argument("--hostname", help="name shown for this worker [the host name]")
+
+    train = command("train", _train, "run a spec here, without the service, printing each epoch's metrics")
+    train.add_argument("spec", type=Path)
+    train.add_argument("--workdir", type=Path, default=Path(".trainjobs/local"),
+                       help="checkpoints and rank files go here [.trainjobs/local]")
+    train.add_argument("--resume", help="a checkpoint file under WORKDIR/checkpoints to continue from")
+
+    data = commands.add_parser("data", help="prepare data sets").add_subparsers(metavar="ACTION")
+    pack = data.add_parser("pack", help="turn a folder of WAV files into mu-law HDF5 once, so epochs decode nothing")
+    pack.add_argument("wav_folder", type=Path)
+    pack.add_argument("output", type=Path, help="the .h5 file to write (put it under TRAINJOBS_DATA_ROOT)")
+    pack.add_argument("--length", type=int, default=1024, help="samples per clip [1024]")
+    pack.add_argument("--mu", type=int, default=256, help="mu-law levels [256]")
+    pack.set_defaults(handler=_data_pack)
 
     token = commands.add_parser("token", help="manage API tokens (on the server)").add_subparsers(metavar="ACTION")
     create = token.add_parser("create", help="create a token; prints it as the last line")
@@ -124,6 +142,25 @@ def _worker(args) -> None:
     run_worker(_settings(), pool, args.hostname)
 
 
+def _train(args) -> int:
+    from trainjobs.contract.spec import JobSpec
+    from worker.local_run import local_request, train_locally
+
+    spec = JobSpec.model_validate(_read_spec(args.spec))
+    request = local_request(spec, args.workdir.resolve(), _settings().data_root_path, resume_path=args.resume)
+    print(f"{request.job_id}: {spec.world_size} {spec.device} rank(s); checkpoints in {request.checkpoint_dir}", flush=True)
+    outcome = train_locally(request)
+    print(f"{outcome.state} ({outcome.stop_reason})" + (f": {outcome.error}" if outcome.error else ""))
+    return 0 if outcome.state == "succeeded" else 1
+
+
+def _data_pack(args) -> None:
+    from worker.trainer.data.hdf5 import pack_wav_folder
+
+    clips = pack_wav_folder(args.wav_folder, args.output, args.length, args.mu)
+    print(f"wrote {clips} clips of {args.length + 1} mu-law codes (mu={args.mu}) to {args.output}")
+
+
 def _token_create(args) -> None:
     from service.auth import create_token
     from service.db import make_engine, make_session_factory, transaction
@@ -161,16 +198,18 @@ def _client(args) -> TrainJobsClient:
     return TrainJobsClient(args.url, args.token)
 
 
-def _submit(args) -> int:
-    text = args.spec.read_text()
-    if args.spec.suffix in (".yaml", ".yml"):
+def _read_spec(path: Path) -> dict:
+    text = path.read_text()
+    if path.suffix in (".yaml", ".yml"):
         import yaml
 
-        spec = yaml.safe_load(text)
-    else:
-        spec = json.loads(text)
+        return yaml.safe_load(text)
+    return json.loads(text)
+
+
+def _submit(args) -> int:
     client = _client(args)
-    job = client.submit(spec, args.idempotency_key)
+    job = client.submit(_read_spec(args.spec), args.idempotency_key)
     print(job["id"], flush=True)
     return _follow(client, job["id"]) if args.watch else 0
 

@@ -41,13 +41,14 @@ class JobRunner:
             if job.state != "queued":
                 log.info("message for job %s dropped: it is %s", job_id, job.state)
                 return "dropped"
-            world_size = job.world_size
-            if world_size > self.pool.size:
-                job.waiting_reason = (f"needs {world_size} {self.pool.kind} devices; "
+            # DataParallel runs one process but drives all `gpus` devices: lease them all.
+            needed = job.spec["gpus"]
+            if needed > self.pool.size:
+                job.waiting_reason = (f"needs {needed} {self.pool.kind} devices; "
                                       f"worker {self.hostname} has {self.pool.size}")
                 log.warning("job %s: %s", job_id, job.waiting_reason)
                 return "dropped"
-        lease = self.pool.lease_devices(world_size)
+        lease = self.pool.lease_devices(needed)
         if lease is None:
             return "busy"
         try:
@@ -78,6 +79,7 @@ class JobRunner:
             job_id=job.id, attempt=job.attempt, spec=spec,
             devices=devices if spec.device == "cuda" else [],
             run_dir=str(run_path), checkpoint_dir=str(self.settings.checkpoint_path),
+            data_root=str(self.settings.data_root_path),
             redis_url=self.settings.redis_url, events_stream=self.settings.events_stream,
             resume_path=_checkpoint_path(session, spec.resume_from),
             init_path=_checkpoint_path(session, spec.init_from),

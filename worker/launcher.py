@@ -30,7 +30,7 @@ import torch.multiprocessing as mp
 from trainjobs.contract.events import StateChange
 from trainjobs.contract.run import RankResult, RunRequest
 from worker.rank import run_rank
-from worker.reporter import EventReporter
+from worker.reporter import reporter_for
 
 log = logging.getLogger("trainjobs.launcher")
 
@@ -43,8 +43,9 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def launch(request: RunRequest, parent_pid: int) -> StateChange | None:
-    """Run every rank of one attempt; return the final state, or None if the worker is gone."""
+def launch(request: RunRequest, parent_pid: int | None = None) -> StateChange | None:
+    """Run every rank of one attempt; return the final state, or None if the worker that
+    started us (`parent_pid`, when given) is gone."""
     spec = request.spec
     deadline = time.monotonic() + spec.max_runtime_seconds if spec.max_runtime_seconds else None
     context = mp.spawn(run_rank, args=(request, free_port()), nprocs=spec.world_size, join=False)
@@ -57,7 +58,7 @@ def launch(request: RunRequest, parent_pid: int) -> StateChange | None:
                 return _failure_or_late_success(request, error.error_index, error.exit_code)
             except mp.ProcessRaisedException as error:
                 return _failure_or_late_success(request, error.error_index, 1)
-            if os.getppid() != parent_pid:
+            if parent_pid is not None and os.getppid() != parent_pid:
                 log.error("worker %s is gone; ending ranks", parent_pid)
                 return None
             if deadline is not None and time.monotonic() > deadline:
@@ -109,7 +110,7 @@ def main() -> None:
     outcome = launch(request, parent_pid)
     if outcome is None:
         sys.exit(3)
-    reporter = EventReporter(request.redis_url, request.events_stream, request.job_id, request.attempt)
+    reporter = reporter_for(request)
     reporter.send(outcome)
     log.info("job %s attempt %d: %s %s", request.job_id, request.attempt, outcome.state, outcome.stop_reason or "")
 

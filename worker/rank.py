@@ -19,7 +19,8 @@ from trainjobs.contract.run import RankResult, RunRequest
 
 
 def run_rank(rank: int, request: RunRequest, port: int) -> None:
-    _redirect_output(request, rank)
+    if not request.is_local:
+        _redirect_output(request, rank)
     exit_code = 0
     try:
         stop_reason, epoch = _train(rank, request, port)
@@ -43,7 +44,7 @@ def _train(rank: int, request: RunRequest, port: int) -> tuple[str, int]:
     # Imported here: the spawned interpreter pays for torch only once it is a rank.
     from pathlib import Path
 
-    from worker.reporter import EventReporter
+    from worker.reporter import reporter_for
     from worker.trainer.checkpoints import CheckpointStore
     from worker.trainer.distributed import init_rank
     from worker.trainer.trainer import Trainer
@@ -51,9 +52,8 @@ def _train(rank: int, request: RunRequest, port: int) -> tuple[str, int]:
     spec = request.spec
     context = init_rank(rank, spec.world_size, port, spec.device, request.process_group_timeout_seconds)
     store = CheckpointStore(Path(request.checkpoint_dir))
-    reporter = (EventReporter(request.redis_url, request.events_stream, request.job_id, request.attempt)
-                if context.is_main else None)
-    trainer = Trainer(spec, request.job_id, context, store, reporter)
+    reporter = reporter_for(request) if context.is_main else None
+    trainer = Trainer(spec, request.job_id, context, store, Path(request.data_root), reporter)
     if request.resume_path:
         trainer.load_state_dict(store.load(request.resume_path))
         print(f"resumed from {request.resume_path} after epoch {trainer.epoch}", flush=True)

@@ -1,4 +1,5 @@
-"""Appends a job's events to the Redis stream that the service's collector reads.
+"""Where a run's events go: the Redis stream that the service's collector reads, or, for
+`trainjobs train`, the console.
 
 Used by rank 0 (metrics, checkpoints) and the launcher (the final state). A Redis that is away
 for a moment (restart) is waited for, within a bound, rather than failing the job.
@@ -12,7 +13,8 @@ import time
 import redis
 from pydantic import BaseModel
 
-from trainjobs.contract.events import JobEvent
+from trainjobs.contract.events import CheckpointRecord, CheckpointRemoved, EpochMetrics, JobEvent, StateChange
+from trainjobs.contract.run import RunRequest
 
 log = logging.getLogger(__name__)
 
@@ -40,3 +42,32 @@ class EventReporter:
 
     def close(self) -> None:
         self.client.close()
+
+
+class ConsoleReporter:
+    """`trainjobs train`: one readable line per event on standard output."""
+
+    def send(self, payload: BaseModel) -> None:
+        match payload:
+            case EpochMetrics():
+                accuracy = f" val_acc {payload.val_accuracy:.4f}" if payload.val_accuracy is not None else ""
+                line = (f"epoch {payload.epoch}: train_loss {payload.train_loss:.4f} val_loss {payload.val_loss:.4f}"
+                        f"{accuracy} lr {payload.lr:.3g} {payload.epoch_seconds:.2f}s {payload.samples_per_second:.1f} samples/s")
+            case CheckpointRecord():
+                line = f"checkpoint {payload.path}{' (best)' if payload.is_best else ''}"
+            case CheckpointRemoved():
+                line = f"checkpoint {payload.id} rotated out"
+            case StateChange():
+                line = f"{payload.state} ({payload.stop_reason})" + (f": {payload.error}" if payload.error else "")
+            case _:
+                line = payload.model_dump_json()
+        print(line, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+def reporter_for(request: RunRequest) -> EventReporter | ConsoleReporter:
+    if request.is_local:
+        return ConsoleReporter()
+    return EventReporter(request.redis_url, request.events_stream, request.job_id, request.attempt)

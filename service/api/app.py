@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 
 from service.api.body_limit import BodyLimitMiddleware
 from service.api.deps import AppState
-from service.api.routers import checkpoints, health, jobs, metrics
+from service.api.routers import catalog, checkpoints, health, jobs, metrics
 from service.background import BackgroundLoop
 from service.db import make_engine, make_session_factory
 from service.dispatch import Dispatcher
@@ -40,7 +40,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   description="Submit PyTorch training jobs over HTTP; workers train them with DDP.")
     app.state.trainjobs = state
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
-    for router in (health.router, jobs.router, metrics.router, checkpoints.router):
+    for router in (health.router, jobs.router, metrics.router, checkpoints.router, catalog.router):
         app.include_router(router)
     _install_error_answers(app)
     return app

@@ -12,7 +12,7 @@ import torch
 from tests.harness import REDIS_URL, tiny_wavenet_spec, wait_for_terminal, wait_until
 from trainjobs.contract.events import JobEvent
 from trainjobs.contract.spec import JobSpec
-from worker.trainer.models import build_model
+from worker.trainer.catalog import build_model
 
 pytestmark = pytest.mark.e2e
 

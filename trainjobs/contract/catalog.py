@@ -1,16 +1,28 @@
-"""Built-in models and datasets, as far as the service needs to know them: their params.
+"""The catalog of models and datasets, as far as the service needs to know them: their params.
 
-The worker owns the code that builds them (worker/trainer); this module only describes and
-validates params, so the API can reject a bad spec without importing torch. A dataset says what
-it holds (`DataInfo`), and a model fills its data-describing params (`mu`, `num_classes`, input
-size) from that when the spec omits them.
+Each entry pairs a params class (pydantic, torch-free: the API validates a spec with it) with
+the dotted name of the builder that the worker imports to build the thing. Built-ins are listed
+in `trainjobs.contract.builtins`; installed packages add entries through the entry-point groups
+`trainjobs.models` and `trainjobs.datasets`, each entry point naming a `ModelEntry` or
+`DatasetEntry` object. A request only ever names an entry; code is imported only from what is
+installed, never from a path a request supplies.
+
+A dataset says what it holds (`DataInfo`); a model fills its data-describing params (`mu`,
+`num_classes`, input size) from that when the spec omits them.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import logging
+import posixpath
+from dataclasses import dataclass, field
+from functools import cache
+from importlib.metadata import entry_points
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+log = logging.getLogger(__name__)
 
 
 class StrictModel(BaseModel):
@@ -20,7 +32,8 @@ class StrictModel(BaseModel):
 
 
 class DataInfo(BaseModel):
-    """What a dataset holds, for the model params that default to it."""
+    """What a dataset holds, for the model params that default to it. None: known only once the
+    worker reads the files (a folder's classes), in which case the worker fills it."""
 
     kind: Literal["audio", "classification"]
     num_classes: int | None = None
@@ -37,12 +50,21 @@ class SpecError(ValueError):
         self.message = message
 
 
-# ---- datasets ---------------------------------------------------------------------------------
+def _inside_data_root(path: str) -> str:
+    normal = posixpath.normpath(path)
+    if path.startswith("/") or normal == ".." or normal.startswith("../"):
+        raise ValueError("must be a path inside TRAINJOBS_DATA_ROOT (relative, without leading '..')")
+    return normal
+
+
+DataPath = Annotated[str, Field(min_length=1, max_length=1024), AfterValidator(_inside_data_root)]
+"""A path relative to TRAINJOBS_DATA_ROOT. Checked here lexically (the API may run on another host
+than the data); the worker checks again after resolving symlinks."""
 
 
 class DatasetParams(StrictModel):
     val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     num_workers: int = Field(0, ge=0, le=64)
     pin_memory: bool = False
 
@@ -50,88 +72,70 @@ class DatasetParams(StrictModel):
         raise NotImplementedError
 
 
-class SyntheticAudioParams(DatasetParams):
-    """Sine mixtures with noise, mu-law encoded: next-sample prediction is learnable."""
-
-    num_samples: int = Field(256, ge=2, le=1_000_000)
-    length: int = Field(1024, ge=8, le=1_000_000)
-    mu: int = Field(256, ge=2, le=65_536)
-
-    def describe(self) -> DataInfo:
-        return DataInfo(kind="audio", mu=self.mu, input_shape=(self.length,))
-
-
-class SyntheticImagesParams(DatasetParams):
-    """Images whose class sets a per-class mean pattern under noise: learnable."""
-
-    num_samples: int = Field(256, ge=2, le=1_000_000)
-    image_size: int = Field(32, ge=4, le=512)
-    num_classes: int = Field(10, ge=2, le=10_000)
-
-    def describe(self) -> DataInfo:
-        shape = (3, self.image_size, self.image_size)
-        return DataInfo(kind="classification", num_classes=self.num_classes, input_shape=shape)
-
-
-class DigitsParams(DatasetParams):
-    """scikit-learn's 8x8 handwritten digits (1,797 images), shipped inside the package."""
-
-    def describe(self) -> DataInfo:
-        return DataInfo(kind="classification", num_classes=10, input_shape=(1, 8, 8))
-
-
-DATASETS: dict[str, type[DatasetParams]] = {
-    "synthetic-audio": SyntheticAudioParams,
-    "synthetic-images": SyntheticImagesParams,
-    "digits": DigitsParams,
-}
-
-
-# ---- models -----------------------------------------------------------------------------------
-
-
 class ModelParams(StrictModel):
     def resolve(self, data: DataInfo) -> "ModelParams":
         """Fill the params that describe the data from the dataset; refuse a mismatch."""
-        raise NotImplementedError
+        return self
 
 
-class WaveNetParams(ModelParams):
-    mu: int | None = Field(None, ge=2, le=65_536)
-    n_residue: int = Field(32, ge=1, le=1024)
-    n_skip: int = Field(64, ge=1, le=4096)
-    dilation_depth: int = Field(8, ge=1, le=16)
-    n_repeat: int = Field(2, ge=1, le=16)
-
-    def resolve(self, data: DataInfo) -> "WaveNetParams":
-        if data.kind != "audio":
-            raise SpecError("model.name", "wavenet needs an audio dataset")
-        if self.mu is not None and self.mu != data.mu:
-            raise SpecError("model.params.mu", f"is {self.mu} but the dataset is encoded with mu={data.mu}")
-        return self.model_copy(update={"mu": data.mu})
+@dataclass(frozen=True)
+class ModelEntry:
+    params: type[ModelParams]
+    builder: str                       # "package.module:function", called with the params dict
+    description: str = ""
+    channels_last: bool = False        # convolutional on images: channels_last memory on cuda
+    info: dict[str, Any] = field(default_factory=dict)
 
 
-class MlpParams(ModelParams):
-    hidden: list[int] = Field(default_factory=lambda: [64], max_length=16)
-    in_features: int | None = Field(None, ge=1)
-    num_classes: int | None = Field(None, ge=2)
-
-    def resolve(self, data: DataInfo) -> "MlpParams":
-        if data.kind != "classification":
-            raise SpecError("model.name", "mlp needs a classification dataset")
-        if any(width < 1 or width > 65_536 for width in self.hidden):
-            raise SpecError("model.params.hidden", "each width must be between 1 and 65536")
-        in_features = 1
-        for size in data.input_shape or ():
-            in_features *= size
-        for name, ours, theirs in (("in_features", self.in_features, in_features),
-                                   ("num_classes", self.num_classes, data.num_classes)):
-            if ours is not None and ours != theirs:
-                raise SpecError(f"model.params.{name}", f"is {ours} but the dataset gives {theirs}")
-        return self.model_copy(update={"in_features": in_features, "num_classes": data.num_classes})
+@dataclass(frozen=True)
+class DatasetEntry:
+    params: type[DatasetParams]
+    builder: str                       # "package.module:function", called with (params, data_root)
+    description: str = ""
 
 
-MODELS: dict[str, type[ModelParams]] = {
-    "wavenet": WaveNetParams,
-    "mlp": MlpParams,
-}
+@cache
+def models() -> dict[str, ModelEntry]:
+    from trainjobs.contract.builtins import MODELS
+
+    return {**MODELS, **_plugins("trainjobs.models", ModelEntry, MODELS)}
+
+
+@cache
+def datasets() -> dict[str, DatasetEntry]:
+    from trainjobs.contract.builtins import DATASETS
+
+    return {**DATASETS, **_plugins("trainjobs.datasets", DatasetEntry, DATASETS)}
+
+
+def _plugins(group: str, kind: type, builtins: dict) -> dict:
+    found = {}
+    for point in entry_points(group=group):
+        if point.name in builtins:
+            log.warning("plugin %s:%s ignored: the name is built in", group, point.name)
+            continue
+        try:
+            entry = point.load()
+        except Exception:
+            log.exception("plugin %s:%s failed to load; skipped", group, point.name)
+            continue
+        if not isinstance(entry, kind):
+            log.warning("plugin %s:%s is not a %s; skipped", group, point.name, kind.__name__)
+            continue
+        found[point.name] = entry
+    return found
+
+
+def describe_params(params: type[BaseModel]) -> list[dict[str, Any]]:
+    """Each param's name, JSON type, default and description, for GET /v1/models and /datasets."""
+    schema = params.model_json_schema()
+    described = []
+    for name, prop in schema.get("properties", {}).items():
+        json_type = prop.get("type") or " | ".join(
+            option.get("type", "?") for option in prop.get("anyOf", []) if option.get("type") != "null")
+        described.append({"name": name, "type": json_type, "default": prop.get("default"),
+                          "required": name in schema.get("required", []),
+                          "description": prop.get("description")})
+    return described
+
+

@@ -16,8 +16,11 @@ class RunRequest(BaseModel):
     devices: list[int] = []                 # leased cuda device ids; empty on cpu
     run_dir: str                            # rank logs, results and errors of this attempt
     checkpoint_dir: str                     # the checkpoint store's root
-    redis_url: str
-    events_stream: str
+    data_root: str                          # datasets read files only under it
+    # Where rank 0 reports: the service's Redis stream, or (both None: `trainjobs train`) the
+    # console, with the ranks' output left on the terminal instead of in log files.
+    redis_url: str | None = None
+    events_stream: str | None = None
     resume_path: str | None = None          # relative to checkpoint_dir
     init_path: str | None = None            # relative to checkpoint_dir
     process_group_timeout_seconds: float = 120.0
@@ -25,6 +28,10 @@ class RunRequest(BaseModel):
     @property
     def run_path(self) -> Path:
         return Path(self.run_dir)
+
+    @property
+    def is_local(self) -> bool:
+        return self.redis_url is None
 
 
 class RankResult(BaseModel):

@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_serializer, model_validator
 
-from trainjobs.contract.catalog import DATASETS, MODELS, SpecError, StrictModel
+from trainjobs.contract import catalog
+from trainjobs.contract.catalog import SpecError, StrictModel
 
 
 class ModelRef(StrictModel):
@@ -101,14 +102,13 @@ class JobSpec(StrictModel):
         return self
 
     def _resolve_catalog(self) -> None:
-        data_params_type = DATASETS.get(self.data.name)
-        if data_params_type is None:
-            raise SpecError("data.name", f"unknown dataset {self.data.name!r}; known: {sorted(DATASETS)}")
-        model_params_type = MODELS.get(self.model.name)
-        if model_params_type is None:
-            raise SpecError("model.name", f"unknown model {self.model.name!r}; known: {sorted(MODELS)}")
-        data_params = _validate_params(data_params_type, self.data.params, "data.params")
-        model_params = _validate_params(model_params_type, self.model.params, "model.params")
+        datasets, models = catalog.datasets(), catalog.models()
+        if self.data.name not in datasets:
+            raise SpecError("data.name", f"unknown dataset {self.data.name!r}; known: {sorted(datasets)}")
+        if self.model.name not in models:
+            raise SpecError("model.name", f"unknown model {self.model.name!r}; known: {sorted(models)}")
+        data_params = _validate_params(datasets[self.data.name].params, self.data.params, "data.params")
+        model_params = _validate_params(models[self.model.name].params, self.model.params, "model.params")
         model_params = model_params.resolve(data_params.describe())
         self.data.params = data_params.model_dump(mode="json")
         self.model.params = model_params.model_dump(mode="json")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from contextlib import nullcontext
 from typing import Any
 
@@ -21,16 +22,16 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 from trainjobs.contract.events import CheckpointRecord, CheckpointRemoved, EpochMetrics
 from trainjobs.contract.spec import JobSpec
 from worker.trainer.checkpoints import CheckpointStore, to_remove
-from worker.trainer.data import build_datasets
+from worker.trainer.catalog import build_datasets, build_model, uses_channels_last
 from worker.trainer.distributed import RankContext, all_reduce_sum
-from worker.trainer.models import build_model
 from worker.trainer.schedule import build_scheduler
 
 AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 class Trainer:
-    def __init__(self, spec: JobSpec, job_id: str, rank: RankContext, store: CheckpointStore, reporter=None):
+    def __init__(self, spec: JobSpec, job_id: str, rank: RankContext, store: CheckpointStore,
+                 data_root: Path, reporter=None):
         self.spec = spec
         self.job_id = job_id
         self.rank = rank
@@ -39,19 +40,27 @@ class Trainer:
         device = rank.device
         torch.manual_seed(spec.seed)
 
-        train_set, val_set = build_datasets(spec.data.name, spec.data.params)
+        full_set, train_set, val_set = build_datasets(spec.data.name, spec.data.params, data_root)
         self.train_sampler = DistributedSampler(train_set, num_replicas=rank.world_size, rank=rank.rank,
                                                 shuffle=True, seed=spec.seed)
         # Validation is sharded without padding so every sample counts exactly once.
         val_shard = Subset(val_set, range(rank.rank, len(val_set), rank.world_size))
+        # DataParallel splits each batch over its GPUs inside one process: it loads all of them.
+        batch_size = spec.batch_size * (spec.gpus if spec.strategy == "dp" else 1)
         loader_options = _loader_options(spec.data.params, device)
-        self.train_loader = DataLoader(train_set, batch_size=spec.batch_size, sampler=self.train_sampler,
+        self.train_loader = DataLoader(train_set, batch_size=batch_size, sampler=self.train_sampler,
                                        **loader_options)
-        self.val_loader = DataLoader(val_shard, batch_size=spec.batch_size, **loader_options)
+        self.val_loader = DataLoader(val_shard, batch_size=batch_size, **loader_options)
 
-        self.raw_model = build_model(spec.model.name, spec.model.params).to(device)
-        self.model: nn.Module = DistributedDataParallel(
-            self.raw_model, device_ids=[device.index] if device.type == "cuda" else None)
+        self.memory_format = (torch.channels_last if device.type == "cuda" and uses_channels_last(spec.model.name)
+                              else torch.contiguous_format)
+        self.raw_model = build_model(spec.model.name, spec.model.params, full_set)
+        self.raw_model = self.raw_model.to(device, memory_format=self.memory_format)
+        if spec.strategy == "dp":
+            self.model: nn.Module = nn.DataParallel(self.raw_model, device_ids=list(range(spec.gpus)))
+        else:
+            self.model = DistributedDataParallel(
+                self.raw_model, device_ids=[device.index] if device.type == "cuda" else None)
         self.optimizer = _build_optimizer(spec, self.raw_model)
         self.steps_per_epoch = math.ceil(len(self.train_loader) / spec.accumulation_steps)
         self.scheduler = build_scheduler(self.optimizer, spec.scheduler, spec.epochs, self.steps_per_epoch)
@@ -102,34 +111,39 @@ class Trainer:
         self.train_sampler.set_epoch(epoch)   # a different shuffle each epoch, the same on every rank
         n_batches = len(self.train_loader)
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+        first_bad_step = torch.full((), -1, dtype=torch.long, device=device)
         samples = 0
         for step, (inputs, targets) in enumerate(self.train_loader):
-            inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+            inputs = inputs.to(device, non_blocking=True, memory_format=self._input_format(inputs))
+            targets = targets.to(device, non_blocking=True)
             # Micro-batches form groups of accumulation_steps; a trailing group may be shorter.
             group_start = step - step % spec.accumulation_steps
             group_size = min(spec.accumulation_steps, n_batches - group_start)
             last_micro_step = step == group_start + group_size - 1
             # Gradients are all-reduced on the group's last backward only; the others accumulate locally.
-            sync = nullcontext() if last_micro_step else self.model.no_sync()
+            sync = nullcontext() if last_micro_step or not self._is_ddp else self.model.no_sync()
             with sync:
                 with self._autocast():
                     loss = F.cross_entropy(self.model(inputs), targets)
                 self.scaler.scale(loss / group_size).backward()
-            loss_sum += loss.detach() * len(inputs)
+            loss = loss.detach()
+            loss_sum += loss * len(inputs)
             samples += len(inputs)
+            # Remember the first non-finite step without a host sync per step; checked below.
+            first_bad_step = torch.where((first_bad_step < 0) & ~torch.isfinite(loss), step, first_bad_step)
             if last_micro_step:
                 if spec.grad_clip_norm is not None:
                     self.scaler.unscale_(self.optimizer)
                     nn.utils.clip_grad_norm_(self.raw_model.parameters(), spec.grad_clip_norm)
-                self.scaler.step(self.optimizer)
+                self.scaler.step(self.optimizer)   # under fp16 a step with inf/nan gradients is skipped
                 self.scaler.update()
                 self.optimizer.zero_grad(set_to_none=True)
                 self.scheduler.step()
+        bad_step = int(first_bad_step.item())
+        if bad_step >= 0 and spec.precision != "fp16":
+            raise FloatingPointError(f"loss is not finite at epoch {epoch}, step {bad_step + 1} of {n_batches}")
         total_loss, total_samples = all_reduce_sum([loss_sum.item(), samples], device)
-        mean_loss = total_loss / max(total_samples, 1)
-        if not math.isfinite(mean_loss) and spec.precision != "fp16":
-            raise FloatingPointError(f"loss became {mean_loss} in epoch {epoch}")
-        return mean_loss, int(total_samples)
+        return total_loss / max(total_samples, 1), int(total_samples)
 
     @torch.no_grad()
     def evaluate(self) -> tuple[float, float]:
@@ -138,7 +152,8 @@ class Trainer:
         self.model.eval()
         loss_sum, correct, count = 0.0, 0.0, 0
         for inputs, targets in self.val_loader:
-            inputs, targets = inputs.to(device, non_blocking=True), targets.to(device, non_blocking=True)
+            inputs = inputs.to(device, non_blocking=True, memory_format=self._input_format(inputs))
+            targets = targets.to(device, non_blocking=True)
             with self._autocast():
                 logits = self.raw_model(inputs).float()
             # Per sample first (a sequence target averages its time steps), then summed.
@@ -201,6 +216,13 @@ class Trainer:
         torch.set_rng_state(state["rng"]["torch"])
 
     # ---- small rules ---------------------------------------------------------------------------
+
+    @property
+    def _is_ddp(self) -> bool:
+        return isinstance(self.model, DistributedDataParallel)
+
+    def _input_format(self, inputs: torch.Tensor) -> torch.memory_format:
+        return self.memory_format if inputs.dim() == 4 else torch.contiguous_format
 
     def _autocast(self):
         dtype = AUTOCAST_DTYPES.get(self.spec.precision)

@@ -6,7 +6,7 @@ import torch
 from torch.utils.data import TensorDataset
 
 
-def digits() -> TensorDataset:
+def build(_params: dict, _data_root) -> TensorDataset:
     from sklearn.datasets import load_digits
 
     bunch = load_digits()

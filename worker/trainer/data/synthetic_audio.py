@@ -28,3 +28,7 @@ class SyntheticAudio(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         clip = self.codes[index]
         return clip[:-1], clip[1:]
+
+
+def build(params: dict, _data_root) -> SyntheticAudio:
+    return SyntheticAudio(params["num_samples"], params["length"], params["mu"], params["seed"])

@@ -20,3 +20,7 @@ class SyntheticImages(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.images[index], self.labels[index]
+
+
+def build(params: dict, _data_root) -> SyntheticImages:
+    return SyntheticImages(params["num_samples"], params["image_size"], params["num_classes"], params["seed"])

@@ -18,3 +18,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.layers(x)
+
+
+def build(params: dict) -> MLP:
+    return MLP(params["in_features"], params["hidden"], params["num_classes"])

@@ -44,3 +44,7 @@ class WaveNet(nn.Module):
             if layer < len(self.residual_convs):
                 x = x + self.residual_convs[layer](gated)
         return self.head(skip)
+
+
+def build(params: dict) -> WaveNet:
+    return WaveNet(params["mu"], params["n_residue"], params["n_skip"], params["dilation_depth"], params["n_repeat"])

@@ -1,0 +1,48 @@
+"""/v1/models and /v1/datasets: what a spec may name, with each param's type and default."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel
+
+from service.api.deps import Caller
+from trainjobs.contract import catalog
+
+router = APIRouter(prefix="/v1", tags=["catalog"])
+
+
+class ParamInfo(BaseModel):
+    name: str
+    type: str
+    default: Any = None
+    required: bool
+    description: str | None = None
+
+
+class CatalogEntry(BaseModel):
+    name: str
+    description: str
+    params: list[ParamInfo]
+
+
+class CatalogList(BaseModel):
+    items: list[CatalogEntry]
+
+
+def _listing(entries: dict) -> CatalogList:
+    return CatalogList(items=[
+        CatalogEntry(name=name, description=entry.description, params=catalog.describe_params(entry.params))
+        for name, entry in sorted(entries.items())
+    ])
+
+
+@router.get("/models", response_model=CatalogList)
+def list_models(_caller: Caller) -> CatalogList:
+    return _listing(catalog.models())
+
+
+@router.get("/datasets", response_model=CatalogList)
+def list_datasets(_caller: Caller) -> CatalogList:
+    return _listing(catalog.datasets())

@@ -1,0 +1,15 @@
+"""Files a dataset reads must lie under TRAINJOBS_DATA_ROOT, symlinks resolved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def inside_data_root(data_root: Path, relative: str) -> Path:
+    root = data_root.resolve()
+    path = (root / relative).resolve()
+    if not path.is_relative_to(root):
+        raise PermissionError(f"{relative!r} resolves outside TRAINJOBS_DATA_ROOT")
+    if not path.exists():
+        raise FileNotFoundError(f"{relative!r} does not exist under TRAINJOBS_DATA_ROOT")
+    return path
