@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV ?= .venv
 # The CPU build on this kind of machine's disk. On a GPU host: make install TORCH_SPEC='torch>=2.4,<2.15'
 TORCH_SPEC ?= torch==2.13.0
+# torchvision (resnet50) must match torch; these two lie on this kind of machine's disk (5.5 GB,
+# CUDA builds that also run on the CPU). PyPI's torchvision does not import beside 2.13.0+cpu.
+VISION_SPEC ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install services test demo bench clean
+.PHONY: install install-vision services test demo bench clean
 
 install: $(VENV)/.installed
 
@@ -14,10 +17,16 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e ".[test]"
 	touch $@
 
+install-vision: $(VENV)/.vision-installed
+
+$(VENV)/.vision-installed: $(VENV)/.installed
+	$(VENV)/bin/pip install --quiet $(VISION_SPEC)
+	touch $@
+
 services:
 	bash scripts/ensure-services
 
-test: install services
+test: install install-vision services
 	$(VENV)/bin/pytest
 
 demo: install

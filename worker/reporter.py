@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 import redis
 from pydantic import BaseModel
@@ -45,9 +46,16 @@ class EventReporter:
 
 
 class ConsoleReporter:
-    """`trainjobs train`: one readable line per event on standard output."""
+    """`trainjobs train`: one readable line per event on standard output, and each epoch's
+    metrics appended as a JSON line to `metrics.jsonl` in the run directory."""
+
+    def __init__(self, run_path: Path):
+        self.metrics_file = run_path / "metrics.jsonl"
 
     def send(self, payload: BaseModel) -> None:
+        if isinstance(payload, EpochMetrics):
+            with open(self.metrics_file, "a") as file:
+                file.write(payload.model_dump_json() + "\n")
         match payload:
             case EpochMetrics():
                 accuracy = f" val_acc {payload.val_accuracy:.4f}" if payload.val_accuracy is not None else ""
@@ -69,5 +77,5 @@ class ConsoleReporter:
 
 def reporter_for(request: RunRequest) -> EventReporter | ConsoleReporter:
     if request.is_local:
-        return ConsoleReporter()
+        return ConsoleReporter(request.run_path)
     return EventReporter(request.redis_url, request.events_stream, request.job_id, request.attempt)

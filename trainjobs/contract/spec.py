@@ -29,7 +29,7 @@ class DataRef(StrictModel):
 
 class OptimizerSpec(StrictModel):
     name: Literal["sgd", "adamw"]
-    lr: float = Field(gt=0.0, le=100.0)
+    lr: float = Field(gt=0.0, allow_inf_nan=False)
     momentum: float = Field(0.9, ge=0.0, lt=1.0)
     weight_decay: float = Field(0.0, ge=0.0)
 

@@ -211,8 +211,13 @@ class Trainer:
         self.epoch = state["epoch"]
         self.best_val_loss = state["best_val_loss"]
         self.epochs_without_improvement = state["epochs_without_improvement"]
-        self.kept = [CheckpointRecord.model_validate(record) for record in state["kept_checkpoints"]]
-        self.best_checkpoint_id = state["best_checkpoint_id"]
+        # Rotation only ever touches this job's own files: a resume into a new job (resume_from
+        # another job's checkpoint) starts with none kept and leaves the source job's files alone.
+        own = f"{self.job_id}-"
+        self.kept = [CheckpointRecord.model_validate(record) for record in state["kept_checkpoints"]
+                     if record["id"].startswith(own)]
+        best = state["best_checkpoint_id"]
+        self.best_checkpoint_id = best if best and best.startswith(own) else None
         torch.set_rng_state(state["rng"]["torch"])
 
     # ---- small rules ---------------------------------------------------------------------------

@@ -1,0 +1,88 @@
+"""The trainer's techniques, each checked against the math it must equal, on real DDP ranks."""
+
+import math
+
+import pytest
+import torch
+
+from tests.worker.local_training import assert_same_weights, mlp_spec, run_locally
+
+
+def test_two_ranks_of_batch_b_end_with_the_weights_of_one_rank_of_batch_2b(tmp_path):
+    two = run_locally(tmp_path, "two-ranks", mlp_spec(gpus=2, batch_size=4))
+    one = run_locally(tmp_path, "one-rank", mlp_spec(gpus=1, batch_size=8))
+    assert two.outcome.state == one.outcome.state == "succeeded"
+    before = run_locally(tmp_path, "no-steps", mlp_spec(optimizer={"name": "sgd", "lr": 1e-12, "momentum": 0.0}))
+    assert_same_weights(two.checkpoint(1)["model"], one.checkpoint(1)["model"])
+    # ... and training moved them (8 SGD steps), so the comparison says something.
+    moved = two.checkpoint(1)["model"]["layers.1.weight"] - before.checkpoint(1)["model"]["layers.1.weight"]
+    assert moved.abs().max() > 1e-3
+
+
+def test_accumulating_3_micro_batches_of_b_equals_one_batch_of_3b_with_a_trailing_partial_group(tmp_path):
+    # 64 samples: 16 micro-batches of 4 make groups 3,3,3,3,3,1; batches of 12 make 12 x5 + 4.
+    accumulated = run_locally(tmp_path, "accumulated", mlp_spec(batch_size=4, accumulation_steps=3))
+    large = run_locally(tmp_path, "large", mlp_spec(batch_size=12))
+    assert accumulated.outcome.state == large.outcome.state == "succeeded"
+    assert_same_weights(accumulated.checkpoint(1)["model"], large.checkpoint(1)["model"])
+    assert accumulated.checkpoint(1)["scheduler"]["last_epoch"] == large.checkpoint(1)["scheduler"]["last_epoch"] == 6
+
+
+def test_four_epochs_equal_two_then_a_resume_for_two_more(tmp_path):
+    spec = mlp_spec(gpus=2, batch_size=4, epochs=4, optimizer={"name": "adamw", "lr": 0.01},
+                    scheduler={"name": "cosine", "warmup_epochs": 1})
+    straight = run_locally(tmp_path, "straight", spec)
+    first_half = run_locally(tmp_path, "first-half", {**spec, "epochs": 4}, )
+    assert straight.outcome.state == "succeeded" and first_half.outcome.state == "succeeded"
+    # Resume from epoch 2 of a run of the same spec.
+    resumed = run_locally(tmp_path, "first-half", spec, resume_path="first-half/first-half-e0002.pt")
+    assert resumed.outcome.state == "succeeded"
+    assert_same_weights(straight.checkpoint(4)["model"], resumed.checkpoint(4)["model"], rtol=0)
+    straight_losses = [(row["epoch"], row["train_loss"], row["val_loss"]) for row in straight.metrics]
+    # metrics.jsonl of "first-half" holds its 4 epochs, then the resumed epochs 3 and 4.
+    resumed_losses = [(row["epoch"], row["train_loss"], row["val_loss"]) for row in resumed.metrics]
+    assert resumed_losses[4:] == straight_losses[2:]
+    assert resumed_losses[:4] == straight_losses  # the same spec and seed: the same losses
+    lrs = [row["lr"] for row in straight.metrics]
+    assert lrs[0] == pytest.approx(0.01)            # warm-up over epoch 1 reaches the peak
+    assert lrs[-1] == pytest.approx(0.0, abs=1e-12)  # cosine ends at 0
+
+
+def test_early_stopping_stops_after_patience_epochs_without_improvement(tmp_path):
+    # With min_delta 100 no epoch after the first counts as an improvement.
+    run = run_locally(tmp_path, "early", mlp_spec(epochs=10, early_stopping={"patience": 2, "min_delta": 100.0}))
+    assert (run.outcome.state, run.outcome.stop_reason) == ("succeeded", "early_stopping")
+    assert [row["epoch"] for row in run.metrics] == [1, 2, 3]
+    # The best (epoch 1) is kept, and the last is written on stopping.
+    assert run.checkpoint_files() == ["early-e0001.pt", "early-e0002.pt", "early-e0003.pt"]
+
+
+def test_a_diverging_fp32_loss_fails_naming_the_epoch_and_step(tmp_path):
+    run = run_locally(tmp_path, "diverge", mlp_spec(optimizer={"name": "sgd", "lr": 1e30, "momentum": 0.0}))
+    assert (run.outcome.state, run.outcome.stop_reason) == ("failed", "error")
+    assert "loss is not finite at epoch 1, step" in run.outcome.error
+
+
+def test_checkpoints_keep_the_last_n_and_the_best_and_open_with_weights_only(tmp_path):
+    run = run_locally(tmp_path, "rotate", mlp_spec(epochs=4, checkpoint={"every_epochs": 1, "keep_last": 2},
+                                                     precision="bf16"))
+    assert run.outcome.state == "succeeded"
+    files = run.checkpoint_files()
+    best_epoch = min(run.metrics, key=lambda row: row["val_loss"])["epoch"]
+    assert set(files) == {"rotate-e0003.pt", "rotate-e0004.pt", f"rotate-e{best_epoch:04d}.pt"}
+    state = run.checkpoint(4)
+    assert not any(key.startswith("module.") for key in state["model"])
+    assert state["epoch"] == 4 and state["scaler"] is None and state["best_checkpoint_id"] == f"rotate-e{best_epoch:04d}"
+
+
+def test_init_from_loads_matching_weights_and_reports_a_new_head(tmp_path):
+    source = run_locally(tmp_path, "source", mlp_spec())
+    # Same body, a head for 6 classes instead of 4.
+    spec = mlp_spec(data={"name": "synthetic-images", "params": {"num_samples": 80, "image_size": 4, "num_classes": 6,
+                                                                  "val_fraction": 0.2}},
+                    optimizer={"name": "sgd", "lr": 1e-12, "momentum": 0.0})
+    tuned = run_locally(tmp_path, "tuned", spec, init_path="source/source-e0001.pt")
+    assert tuned.outcome.state == "succeeded"
+    body = "layers.1.weight"
+    torch.testing.assert_close(tuned.checkpoint(1)["model"][body], source.checkpoint(1)["model"][body])
+    assert tuned.checkpoint(1)["model"]["layers.3.weight"].shape == (6, 16)
