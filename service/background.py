@@ -1,5 +1,6 @@
 """The API process's background work, on one thread: the collector, and every few seconds the
-outbox sweeper. Errors (Redis or SQL away) are logged and retried with a capped back-off."""
+reaper (lost workers' jobs), the waiting-reason check and the outbox sweeper. Errors (Redis or
+SQL away) are logged and retried with a capped back-off."""
 
 from __future__ import annotations
 
@@ -11,9 +12,10 @@ import time
 import redis
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import dispatch
+from service import dispatch, reaper
 from service.collector import EventCollector
 from trainjobs.settings import Settings
+from trainjobs.contract.workers import live_workers
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +25,9 @@ class BackgroundLoop:
         self.settings = settings
         self.sessions = sessions
         self.dispatcher = dispatcher
+        self.redis = redis.Redis.from_url(settings.redis_url, socket_timeout=10)
         self.collector = EventCollector(
-            redis.Redis.from_url(settings.redis_url, socket_timeout=10), sessions,
+            self.redis, sessions,
             settings.events_stream, # A name stable across restarts, so a restarted API resumes its own pending events at once.
             consumer=socket.gethostname(),
         )
@@ -38,13 +41,20 @@ class BackgroundLoop:
         self._stop.set()
         self._thread.join(timeout=5)
 
+    def _sweep(self) -> None:
+        settings = self.settings
+        reaper.requeue_lost_jobs(self.sessions, settings.max_attempts)
+        workers = live_workers(self.redis, settings.workers_key, settings.worker_lost_seconds)
+        reaper.explain_waiting_jobs(self.sessions, workers)
+        dispatch.sweep(self.dispatcher, settings.outbox_grace_seconds)
+
     def _run(self) -> None:
         next_sweep = 0.0
         backoff = 0.5
         while not self._stop.is_set():
             try:
                 if time.monotonic() >= next_sweep:
-                    dispatch.sweep(self.dispatcher, self.settings.outbox_grace_seconds)
+                    self._sweep()
                     next_sweep = time.monotonic() + self.settings.sweep_interval_seconds
                 self.collector.poll(block_ms=500)
                 backoff = 0.5

@@ -13,6 +13,7 @@ import logging
 import redis
 from sqlalchemy.orm import Session, sessionmaker
 
+from service import timeline
 from service.db import transaction
 from service.repositories import checkpoints, epoch_metrics, jobs
 from service.tables import utcnow
@@ -81,7 +82,7 @@ class EventCollector:
 
 
 def apply_event(session: Session, event: JobEvent) -> None:
-    job = jobs.get(session, event.job_id)
+    job = jobs.get(session, event.job_id, for_update=True)
     if job is None:
         log.warning("event %s for unknown job %s dropped", event.kind, event.job_id)
         return
@@ -91,19 +92,23 @@ def apply_event(session: Session, event: JobEvent) -> None:
             # Epochs finished by an earlier attempt are real results too: keyed by epoch, the
             # first report wins and a re-run epoch after a resume is not counted twice.
             data = payload.model_dump(mode="json")
-            if epoch_metrics.record(session, job.id, payload.epoch, event.attempt, data) and payload.epoch > job.epoch:
-                jobs.touch(job, epoch=payload.epoch, metrics=data)
+            if epoch_metrics.record(session, job.id, payload.epoch, event.attempt, data):
+                timeline.metrics_recorded(session, job, data)
+                if payload.epoch > job.epoch:
+                    jobs.touch(job, epoch=payload.epoch, metrics=data)
         case CheckpointRecord():
             checkpoints.record(session, job.id, payload)
             if payload.is_best:
                 checkpoints.mark_best(session, job.id, payload.id)
+            timeline.checkpoint_recorded(session, job, {
+                **payload.model_dump(mode="json", exclude={"path"}), "job_id": job.id})
         case CheckpointRemoved():
             checkpoints.remove(session, payload.id)
         case StateChange():
-            _apply_state(job, event.attempt, payload)
+            _apply_state(session, job, event.attempt, payload)
 
 
-def _apply_state(job, attempt: int, change: StateChange) -> None:
+def _apply_state(session: Session, job, attempt: int, change: StateChange) -> None:
     if attempt != job.attempt or job.state in TERMINAL_STATES:
         log.info("stale state %s for job %s (attempt %s, job at %s/%s) ignored",
                  change.state, job.id, attempt, job.attempt, job.state)
@@ -112,3 +117,4 @@ def _apply_state(job, attempt: int, change: StateChange) -> None:
     if change.state in TERMINAL_STATES:
         changes.update(finished_at=utcnow(), lease_owner=None, lease_expires_at=None)
     jobs.touch(job, **changes)
+    timeline.state_changed(session, job)

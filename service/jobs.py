@@ -13,11 +13,13 @@ from sqlalchemy.orm import Session
 from service.auth import Principal
 from service.db import on_commit
 from service.dispatch import Dispatcher
-from service.errors import InvalidRequest, NotFound
+from service.timeline import document, state_changed
+from service.errors import Conflict, InvalidRequest, NotFound
 from service.repositories import checkpoints, dispatch_intents, jobs
 from service.tables import JobRow, utcnow
-from trainjobs.contract.job import Effective, JobDocument, JobPage
-from trainjobs.contract.spec import JobSpec, scaled_lr
+from trainjobs.contract.events import TERMINAL_STATES
+from trainjobs.contract.job import JobPage
+from trainjobs.contract.spec import JobSpec
 
 
 def new_job_id() -> str:
@@ -57,6 +59,7 @@ def submit(session: Session, principal: Principal, spec: JobSpec, dispatcher: Di
         if existing is None:
             raise
         return existing, False
+    state_changed(session, job)
     on_commit(session, lambda: dispatcher.send_committed(job.id, job.device))
     return job, True
 
@@ -77,6 +80,30 @@ def get_visible(session: Session, principal: Principal, job_id: str) -> JobRow:
     return job
 
 
+def cancel(session: Session, principal: Principal, job_id: str) -> JobRow:
+    """A queued job is cancelled at once (a worker's claim needs it queued, so it never starts).
+    A running one becomes "cancelling": its worker ends every rank and reports "cancelled"."""
+    job = get_visible(session, principal, job_id)
+    job = jobs.get(session, job.id, for_update=True)
+    if job.state in TERMINAL_STATES:
+        raise Conflict(f"job {job_id} is already {job.state}")
+    if job.state == "queued":
+        jobs.touch(job, state="cancelled", stop_reason="cancelled", finished_at=utcnow(), waiting_reason=None)
+        dispatch_intents.remove(session, job.id)
+    elif job.state == "running":
+        jobs.touch(job, state="cancelling")
+    state_changed(session, job)
+    return job
+
+
+def parse_last_event_id(value: str | None) -> int:
+    if value is None or value == "":
+        return 0
+    if not value.isdigit():
+        raise InvalidRequest("Last-Event-ID", "must be an event id this API sent", location="header")
+    return int(value)
+
+
 def list_page(session: Session, principal: Principal, *, state: str | None, limit: int,
               cursor: str | None) -> JobPage:
     after = _decode_cursor(cursor) if cursor else None
@@ -84,22 +111,6 @@ def list_page(session: Session, principal: Principal, *, state: str | None, limi
     rows = jobs.page(session, owner=owner, state=state, limit=limit + 1, after=after)
     next_cursor = _encode_cursor(rows[limit - 1]) if len(rows) > limit else None
     return JobPage(items=[document(row) for row in rows[:limit]], next_cursor=next_cursor)
-
-
-def document(job: JobRow) -> JobDocument:
-    spec = job.spec
-    gpus, accumulation = spec["gpus"], spec["accumulation_steps"]
-    return JobDocument(
-        id=job.id, name=job.name, owner=job.owner, state=job.state, stop_reason=job.stop_reason,
-        spec=spec, effective=Effective(
-            world_size=job.world_size,
-            global_batch_size=spec["batch_size"] * gpus * accumulation,
-            lr=scaled_lr(spec["optimizer"]["lr"], spec["lr_scaling"], gpus * accumulation),
-        ),
-        epoch=job.epoch, metrics=job.metrics, error=job.error, waiting_reason=job.waiting_reason,
-        worker=job.worker, attempt=job.attempt, created_at=job.created_at,
-        started_at=job.started_at, finished_at=job.finished_at,
-    )
 
 
 def _encode_cursor(job: JobRow) -> str:

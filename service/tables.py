@@ -58,6 +58,7 @@ class JobRow(Base):
     waiting_reason: Mapped[str | None] = mapped_column(Text)
     worker: Mapped[str | None] = mapped_column(String(256))
     attempt: Mapped[int] = mapped_column(Integer, default=1)
+    event_seq: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # last job_events.seq
     idempotency_key: Mapped[str | None] = mapped_column(String(256))
     # The lease: the worker that claimed the job renews it while the job runs.
     lease_owner: Mapped[str | None] = mapped_column(String(256))
@@ -88,6 +89,20 @@ class CheckpointRow(Base):
     size_bytes: Mapped[int] = mapped_column(BigInteger)
     sha256: Mapped[str] = mapped_column(String(64))
     is_best: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime]
+
+
+class JobEventRow(Base):
+    """What happened to a job, in order: the server-sent event stream and its Last-Event-ID
+    resume read this table. `seq` is the event id clients see: numbered per job under the job
+    row's lock, so a reader never sees event n+1 before event n has committed."""
+
+    __tablename__ = "job_events"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    data: Mapped[dict[str, Any]]
     created_at: Mapped[datetime]
 
 

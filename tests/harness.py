@@ -139,7 +139,7 @@ class Stack:
         self.redis_url = redis_url
         self.cpu_slots = cpu_slots
         self.api: subprocess.Popen | None = None
-        self.worker: subprocess.Popen | None = None
+        self.workers: dict[str, subprocess.Popen] = {}
         self.logs = home / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
 
@@ -152,9 +152,18 @@ class Stack:
         self.api = self._spawn("api", ["api", "--port", str(self.port)])
         wait_until(self._ready, 30, what="the API's /readyz")
 
-    def start_worker(self) -> None:
-        self.worker = self._spawn("worker", ["worker", "--cpu-slots", str(self.cpu_slots), "--hostname",
-                                             f"worker-{self.namespace}"])
+    def start_worker(self, name: str = "worker", slots: int | None = None) -> subprocess.Popen:
+        hostname = f"{name}-{self.namespace}"
+        process = self._spawn(name, ["worker", "--cpu-slots", str(slots or self.cpu_slots), "--hostname", hostname])
+        self.workers[hostname] = process
+        return process
+
+    def kill_worker(self, hostname: str) -> None:
+        """SIGKILL the worker process, as a lost host would be; its launcher and ranks are the
+        test's to kill too (they live in their own session)."""
+        process = self.workers[hostname]
+        process.kill()
+        process.wait(timeout=10)
 
     def kill_api(self) -> None:
         """SIGKILL, as a crash would: no shutdown handlers run."""
@@ -162,16 +171,19 @@ class Stack:
         self.api.wait(timeout=10)
 
     def stop(self) -> None:
-        for process in (self.api, self.worker):
+        processes = [self.api, *self.workers.values()]
+        for process in processes:
             if process and process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in (self.api, self.worker):
+                # SIGQUIT: Celery's cold shutdown, so a worker does not wait for its jobs to end.
+                os.killpg(process.pid, signal.SIGQUIT if process is not self.api else signal.SIGTERM)
+        for process in processes:
             if process:
                 try:
                     process.wait(timeout=20)
                 except subprocess.TimeoutExpired:
                     os.killpg(process.pid, signal.SIGKILL)
                     process.wait()
+        kill_launchers_of(self.home)
         clear_namespace(self.redis_url, self.namespace)
 
     def client(self, token: str) -> httpx.Client:
@@ -195,6 +207,73 @@ class Stack:
             return httpx.get(f"{self.url}/readyz", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
+
+
+def launchers_of(home: Path) -> list[int]:
+    """PIDs of launcher processes working under this stack's home (their request file is there)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"worker.launcher" in cmdline and any(str(home).encode() in part for part in cmdline):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_launchers_of(home: Path) -> None:
+    for pid in launchers_of(home):
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def find_launcher(job_id: str) -> int | None:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"worker.launcher" in cmdline and any(job_id.encode() in part for part in cmdline):
+                return int(entry.name)
+    return None
+
+
+def child_pids(pid: int) -> list[int]:
+    children = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children += [int(child) for child in (task / "children").read_text().split()]
+    return children
+
+
+def rank_pids(job_id: str, timeout: float = 15) -> dict[int, int]:
+    """{rank: pid} of a running job, told by the log file each rank's stdout points at."""
+    def ranks():
+        launcher = find_launcher(job_id)
+        found = {}
+        for pid in child_pids(launcher) if launcher else []:
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/1")
+            except OSError:
+                continue
+            if "/rank" in target and target.endswith(".log"):
+                found[int(target.rsplit("/rank", 1)[1].removesuffix(".log"))] = pid
+        return found
+
+    return wait_until(ranks, timeout, what=f"the ranks of job {job_id}")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "State:\tZ" not in status
 
 
 def wait_for_terminal(client: httpx.Client, job_id: str, timeout: float = 180) -> dict:

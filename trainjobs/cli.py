@@ -89,6 +89,10 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--owner", required=True)
     create.add_argument("--admin", action="store_true", help="may see every owner's jobs")
     create.set_defaults(handler=_token_create)
+    token.add_parser("list", help="list tokens (never the tokens themselves)").set_defaults(handler=_token_list)
+    revoke = token.add_parser("revoke", help="revoke a token by its id (from `token list`)")
+    revoke.add_argument("token_id")
+    revoke.set_defaults(handler=_token_revoke)
 
     submit = command("submit", _submit, "submit a job spec (JSON or YAML); prints the job id", client=True)
     submit.add_argument("spec", type=Path)
@@ -97,9 +101,14 @@ def _parser() -> argparse.ArgumentParser:
 
     command("jobs", _jobs, "list jobs, newest first", client=True).add_argument("--state")
     for name, handler, help_ in (("status", _status, "print a job as JSON"),
-                                 ("watch", _watch, "follow a job until it ends; exit 0 only if it succeeded"),
+                                 ("watch", _watch, "follow a job with a progress bar until it ends; exit 0 only if it succeeded"),
+                                 ("cancel", _cancel, "cancel a job (a running one has its ranks ended)"),
                                  ("metrics", _metrics, "print a job's per-epoch metrics")):
         command(name, handler, help_, client=True).add_argument("job_id")
+    logs = command("logs", _logs, "print every rank's output, lines prefixed [rank N]", client=True)
+    logs.add_argument("job_id")
+    logs.add_argument("--tail", type=int, help="the last N lines of each rank")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the job ends")
     return parser
 
 
@@ -171,6 +180,28 @@ def _token_create(args) -> None:
     print(token)
 
 
+def _token_list(_args) -> None:
+    from service.db import make_engine, make_session_factory, transaction
+    from service.repositories import api_tokens
+
+    with transaction(make_session_factory(make_engine(_settings().sql_url))) as session:
+        rows = api_tokens.all(session)
+        print(f"{'ID':<18} {'OWNER':<20} {'ADMIN':<6} {'CREATED':<26} REVOKED")
+        for row in rows:
+            print(f"{row.id:<18} {row.owner:<20} {'yes' if row.is_admin else 'no':<6} "
+                  f"{row.created_at.isoformat(timespec='seconds'):<26} {row.revoked_at.isoformat(timespec='seconds') if row.revoked_at else ''}")
+
+
+def _token_revoke(args) -> None:
+    from service.db import make_engine, make_session_factory, transaction
+    from service.repositories import api_tokens
+
+    with transaction(make_session_factory(make_engine(_settings().sql_url))) as session:
+        if not api_tokens.revoke(session, args.token_id):
+            raise ValueError(f"no active token with id {args.token_id}")
+    print(f"revoked {args.token_id}")
+
+
 def _up(args) -> None:
     from service.auth import create_token
     from service.db import make_engine, make_session_factory, transaction
@@ -230,6 +261,31 @@ def _watch(args) -> int:
     return _follow(_client(args), args.job_id)
 
 
+def _cancel(args) -> None:
+    job = _client(args).cancel(args.job_id)
+    print(f"{job['id']} {job['state']}")
+
+
+def _logs(args) -> None:
+    client = _client(args)
+    if not args.follow:
+        sys.stdout.write(client.logs(args.job_id, args.tail))
+        return
+    printed: dict[str, int] = {}   # lines already shown, per rank
+    while True:
+        job = client.job(args.job_id)
+        by_rank: dict[str, list[str]] = {}
+        for line in client.logs(args.job_id).splitlines():
+            by_rank.setdefault(line.split("]", 1)[0], []).append(line)
+        for rank, lines in by_rank.items():
+            for line in lines[printed.get(rank, 0):]:
+                print(line, flush=True)
+            printed[rank] = len(lines)
+        if job["state"] in TERMINAL_STATES:
+            return
+        time.sleep(1.0)
+
+
 def _metrics(args) -> None:
     rows = _client(args).metrics(args.job_id)
     print(f"{'EPOCH':>5} {'TRAIN_LOSS':>11} {'VAL_LOSS':>10} {'VAL_ACC':>8} {'LR':>10} {'SECONDS':>8} {'SAMPLES/S':>10}")
@@ -239,35 +295,68 @@ def _metrics(args) -> None:
               f"{row['lr']:>10.3g} {row['epoch_seconds']:>8.2f} {row['samples_per_second']:>10.1f}")
 
 
-def _follow(client: TrainJobsClient, job_id: str, interval: float = 1.0) -> int:
-    """Poll the job, printing a progress line per change; exit status 0 only for success."""
-    last_line = None
-    while True:
-        job = client.job(job_id)
-        line = _progress_line(job)
-        if line != last_line:
-            print(line, flush=True)
-            last_line = line
-        if job["state"] in TERMINAL_STATES:
-            if job["error"]:
-                print(f"error: {job['error']}", file=sys.stderr)
-            return 0 if job["state"] == "succeeded" else 1
-        time.sleep(interval)
+def _follow(client: TrainJobsClient, job_id: str) -> int:
+    """Follow the job's event stream with a progress line; exit status 0 only for success."""
+    progress = Progress(sys.stdout.isatty())
+    job = client.job(job_id)
+    progress.show(job)
+    for event in client.events(job_id):
+        if event.kind == "state":
+            job = event.data
+        elif event.kind == "metrics":
+            job = {**job, "epoch": max(job["epoch"], event.data["epoch"]), "metrics": event.data}
+        progress.show(job)
+    progress.close()
+    if job["error"]:
+        print(f"error: {job['error']}", file=sys.stderr)
+    return 0 if job["state"] == "succeeded" else 1
 
 
-def _progress_line(job: dict) -> str:
-    total = job["spec"]["epochs"]
-    done = job["epoch"]
-    width = 20
-    filled = int(width * done / total) if total else width
-    line = f"{job['id']} [{'#' * filled}{'.' * (width - filled)}] epoch {done}/{total} {job['state']}"
-    metrics = job["metrics"]
-    if metrics:
-        line += (f" train_loss {metrics['train_loss']:.4f} val_loss {metrics['val_loss']:.4f}"
-                 f" {metrics['samples_per_second']:.0f} samples/s")
-    if job["stop_reason"]:
-        line += f" ({job['stop_reason']})"
-    return line
+class Progress:
+    """One line per change; on a terminal, redrawn in place: a bar, epoch x of N, the last train
+    and val loss, samples/s and an ETA from the epochs' pace."""
+
+    def __init__(self, interactive: bool, width: int = 24):
+        self.interactive = interactive
+        self.width = width
+        self.last = None
+
+    def show(self, job: dict) -> None:
+        line = self.line(job)
+        if line == self.last:
+            return
+        if self.interactive:
+            sys.stdout.write("\r\033[K" + line)
+        else:
+            sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        self.last = line
+
+    def close(self) -> None:
+        if self.interactive and self.last is not None:
+            sys.stdout.write("\n")
+
+    def line(self, job: dict) -> str:
+        total, done = job["spec"]["epochs"], job["epoch"]
+        filled = int(self.width * done / total) if total else self.width
+        text = f"{job['id']} [{'#' * filled}{'.' * (self.width - filled)}] epoch {done}/{total} {job['state']}"
+        metrics = job.get("metrics")
+        if metrics:
+            text += (f" | train {metrics['train_loss']:.4f} val {metrics['val_loss']:.4f}"
+                     f" | {metrics['samples_per_second']:.0f} samples/s")
+            if job["state"] == "running" and done < total:
+                text += f" | ETA {_duration(metrics['epoch_seconds'] * (total - done))}"
+        if job.get("waiting_reason") and job["state"] == "queued":
+            text += f" | waiting: {job['waiting_reason']}"
+        if job["stop_reason"]:
+            text += f" ({job['stop_reason']})"
+        return text
+
+
+def _duration(seconds: float) -> str:
+    minutes, seconds = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{seconds:02d}s"
 
 
 if __name__ == "__main__":

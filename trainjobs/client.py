@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,13 @@ class InvalidRequest(ApiError):
 _ERRORS = {401: Unauthorized, 404: NotFound, 409: Conflict, 413: InvalidRequest, 422: InvalidRequest}
 
 
+@dataclass(frozen=True)
+class Event:
+    id: int
+    kind: str          # "state", "metrics" or "checkpoint"
+    data: dict[str, Any]
+
+
 class TrainJobsClient:
     def __init__(self, url: str, token: str | None, timeout: float = 30.0):
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -51,6 +61,36 @@ class TrainJobsClient:
     def jobs(self, state: str | None = None, limit: int = 50, cursor: str | None = None) -> dict[str, Any]:
         params = {key: value for key, value in {"state": state, "limit": limit, "cursor": cursor}.items() if value}
         return self._json("GET", "/v1/jobs", params=params)
+
+    def cancel(self, job_id: str) -> dict[str, Any]:
+        return self._json("POST", f"/v1/jobs/{job_id}/cancel")
+
+    def logs(self, job_id: str, tail: int | None = None) -> str:
+        response = self.http.get(f"/v1/jobs/{job_id}/logs", params={"tail": tail} if tail else None)
+        if response.status_code >= 400:
+            _raise_for(response)
+        return response.text
+
+    def workers(self) -> list[dict[str, Any]]:
+        return self._json("GET", "/v1/workers")["items"]
+
+    def events(self, job_id: str, after: int = 0) -> Iterator[Event]:
+        """The job's server-sent events from after `after`, until its terminal state; a dropped
+        connection is resumed with Last-Event-ID."""
+        while True:
+            headers = {"Last-Event-ID": str(after)} if after else {}
+            try:
+                with self.http.stream("GET", f"/v1/jobs/{job_id}/events", headers=headers,
+                                      timeout=httpx.Timeout(30.0, read=60.0)) as response:
+                    if response.status_code >= 400:
+                        response.read()
+                        _raise_for(response)
+                    for event in _parse_sse(response.iter_lines()):
+                        after = event.id
+                        yield event
+                return
+            except (httpx.ReadTimeout, httpx.RemoteProtocolError, httpx.ConnectError):
+                continue
 
     def metrics(self, job_id: str) -> list[dict[str, Any]]:
         return self._json("GET", f"/v1/jobs/{job_id}/metrics")["items"]
@@ -73,6 +113,26 @@ class TrainJobsClient:
         if response.status_code >= 400:
             _raise_for(response)
         return response.json()
+
+
+def _parse_sse(lines: Iterator[str]) -> Iterator[Event]:
+    event_id, kind, data = None, "message", []
+    for line in lines:
+        if line == "":
+            if data and event_id is not None:
+                yield Event(int(event_id), kind, json.loads("\n".join(data)))
+            event_id, kind, data = None, "message", []
+        elif line.startswith(":"):
+            continue
+        else:
+            field, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if field == "id":
+                event_id = value
+            elif field == "event":
+                kind = value
+            elif field == "data":
+                data.append(value)
 
 
 def _raise_for(response: httpx.Response) -> None:

@@ -29,7 +29,10 @@ class Settings(BaseSettings):
     sweep_interval_seconds: float = Field(2.0, gt=0.0)
     outbox_grace_seconds: float = Field(5.0, ge=0.0, description="the sweeper leaves younger intents to the request that made them")
     broker_visibility_timeout: int = Field(3600, ge=1)
-    process_group_timeout_seconds: float = Field(120.0, gt=0.0)
+    process_group_timeout_seconds: float = Field(120.0, gt=0.0, description="a stalled collective fails the job after this")
+    max_attempts: int = Field(3, ge=1, description="attempts of a job whose worker is lost, before it fails")
+    heartbeat_seconds: float = Field(5.0, gt=0.0, description="how often a worker reports itself")
+    worker_lost_seconds: float = Field(30.0, gt=0.0, description="a worker silent this long is shown as lost")
 
     # API.
     max_request_bytes: int = Field(1024 * 1024, ge=1024)
@@ -61,6 +64,10 @@ class Settings(BaseSettings):
     @property
     def events_stream(self) -> str:
         return f"{self.namespace}:events"
+
+    @property
+    def workers_key(self) -> str:
+        return f"{self.namespace}:workers"
 
 
 def load_settings() -> Settings:

@@ -16,6 +16,7 @@ from service.db import make_engine, make_session_factory
 from trainjobs.contract.dispatch import RUN_JOB_TASK, make_celery, queue_for
 from trainjobs.settings import Settings
 from worker.devices import DevicePool
+from worker.heartbeat import Heartbeat
 from worker.job_runner import JobRunner
 
 log = logging.getLogger(__name__)
@@ -27,9 +28,10 @@ def create_worker_app(settings: Settings, pool: DevicePool, hostname: str) -> Ce
 
     @app.task(name=RUN_JOB_TASK, bind=True, max_retries=None)
     def run_job(task, job_id: str) -> None:
-        if runner.run(job_id) == "busy":
-            # Every device is leased right now: hand the message back for later, to us or another worker.
-            raise task.retry(countdown=2)
+        if runner.run(job_id) in ("busy", "elsewhere"):
+            # Not enough devices free here now (or ever, but another live worker has enough):
+            # hand the message back, for us later or for another worker.
+            raise task.retry(countdown=1)
 
     return app
 
@@ -37,6 +39,8 @@ def create_worker_app(settings: Settings, pool: DevicePool, hostname: str) -> Ce
 def run_worker(settings: Settings, pool: DevicePool, hostname: str | None = None) -> None:
     hostname = hostname or socket.gethostname()
     app = create_worker_app(settings, pool, hostname)
+    heartbeat = Heartbeat(settings.redis_url, settings.workers_key, hostname, pool, settings.heartbeat_seconds)
+    heartbeat.start()
     app.worker_main([
         "worker", "--pool=threads", f"--concurrency={pool.size}",
         f"--queues={queue_for(settings.namespace, pool.kind)}",

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 class DeviceLease:
     kind: str                 # "cuda" or "cpu"
     ids: tuple[int, ...]      # cuda device ids, or cpu slot numbers
+    job_id: str
 
 
 class DevicePool:
@@ -20,6 +21,7 @@ class DevicePool:
         self.kind = kind
         self.ids = list(ids)
         self._free = list(ids)
+        self._leases: dict[str, DeviceLease] = {}
         self._lock = threading.Lock()
 
     @property
@@ -31,14 +33,21 @@ class DevicePool:
         with self._lock:
             return len(self.ids) - len(self._free)
 
-    def lease_devices(self, count: int) -> DeviceLease | None:
-        """Take `count` free devices, or None when fewer are free now."""
+    def jobs(self) -> list[str]:
+        with self._lock:
+            return sorted(self._leases)
+
+    def lease_devices(self, count: int, job_id: str) -> DeviceLease | None:
+        """Take `count` free devices for a job, or None when fewer are free now."""
         with self._lock:
             if count > len(self._free):
                 return None
             taken, self._free = self._free[:count], self._free[count:]
-            return DeviceLease(self.kind, tuple(taken))
+            lease = DeviceLease(self.kind, tuple(taken), job_id)
+            self._leases[job_id] = lease
+            return lease
 
     def release(self, lease: DeviceLease) -> None:
         with self._lock:
+            self._leases.pop(lease.job_id, None)
             self._free = sorted(set(self._free) | set(lease.ids))

@@ -1,5 +1,5 @@
 """What the worker does with one run message: claim the job, lease devices, start the launcher,
-keep the job's lease alive until the launcher ends, then free the devices."""
+keep the job's lease alive (and watch for cancel) until the launcher ends, free the devices."""
 
 from __future__ import annotations
 
@@ -8,20 +8,26 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
+import time
 
+import redis
 from sqlalchemy.orm import Session, sessionmaker
 
+from service import timeline
 from service.db import transaction
 from service.repositories import checkpoints, jobs
 from trainjobs.contract.events import StateChange
 from trainjobs.contract.run import RunRequest
 from trainjobs.contract.spec import JobSpec
+from trainjobs.contract.workers import live_workers
 from trainjobs.settings import Settings
 from worker.devices import DevicePool
 from worker.reporter import EventReporter
 
 log = logging.getLogger(__name__)
+
+POLL_SECONDS = 1.0          # how often a running job's state is read (cancel ends it within ~1 s)
+TERMINATE_GRACE_SECONDS = 5.0
 
 
 class JobRunner:
@@ -32,7 +38,7 @@ class JobRunner:
         self.hostname = hostname
 
     def run(self, job_id: str) -> str:
-        """Returns what happened: "ran", "dropped" or "busy" (no devices free; try again later)."""
+        """What happened: "ran", "dropped", or "busy" / "elsewhere" (hand the message back)."""
         with transaction(self.sessions) as session:
             job = jobs.get(session, job_id)
             if job is None:
@@ -44,11 +50,15 @@ class JobRunner:
             # DataParallel runs one process but drives all `gpus` devices: lease them all.
             needed = job.spec["gpus"]
             if needed > self.pool.size:
-                job.waiting_reason = (f"needs {needed} {self.pool.kind} devices; "
-                                      f"worker {self.hostname} has {self.pool.size}")
+                if self._a_live_worker_fits(needed):
+                    return "elsewhere"
+                job = jobs.get(session, job_id, for_update=True)
+                jobs.touch(job, waiting_reason=f"needs {needed} {self.pool.kind} devices; no live worker has that many "
+                                               f"(this one, {self.hostname}, has {self.pool.size})")
+                timeline.state_changed(session, job)
                 log.warning("job %s: %s", job_id, job.waiting_reason)
                 return "dropped"
-        lease = self.pool.lease_devices(needed)
+        lease = self.pool.lease_devices(needed, job_id)
         if lease is None:
             return "busy"
         try:
@@ -57,60 +67,84 @@ class JobRunner:
                 if job is None:
                     log.info("job %s was claimed elsewhere; message dropped", job_id)
                     return "dropped"
+                timeline.state_changed(session, job)
                 attempt = job.attempt
                 try:
                     request = self._run_request(session, job, list(lease.ids))
                 except LookupError as error:
-                    request = None
-                    missing = str(error)
+                    request, missing = None, str(error)
             if request is None:
                 self._report(job_id, attempt, StateChange(state="failed", stop_reason="error", error=missing))
                 return "ran"
-            self._launch_and_wait(request)
+            self._launch_and_watch(request)
             return "ran"
         finally:
             self.pool.release(lease)
+
+    def _a_live_worker_fits(self, needed: int) -> bool:
+        client = redis.Redis.from_url(self.settings.redis_url, socket_timeout=5)
+        try:
+            workers = live_workers(client, self.settings.workers_key, self.settings.worker_lost_seconds)
+        finally:
+            client.close()
+        return any(worker.device == self.pool.kind and worker.slots >= needed for worker in workers)
 
     def _run_request(self, session: Session, job, devices: list[int]) -> RunRequest:
         spec = JobSpec.model_validate(job.spec)
         run_path = self.settings.run_path / job.id / f"attempt{job.attempt}"
         run_path.mkdir(parents=True, exist_ok=True)
+        # A later attempt (the previous worker was lost) continues from the job's last checkpoint.
+        latest = checkpoints.latest_for_job(session, job.id) if job.attempt > 1 else None
         return RunRequest(
             job_id=job.id, attempt=job.attempt, spec=spec,
             devices=devices if spec.device == "cuda" else [],
             run_dir=str(run_path), checkpoint_dir=str(self.settings.checkpoint_path),
             data_root=str(self.settings.data_root_path),
             redis_url=self.settings.redis_url, events_stream=self.settings.events_stream,
-            resume_path=_checkpoint_path(session, spec.resume_from),
-            init_path=_checkpoint_path(session, spec.init_from),
+            resume_path=latest.path if latest else _checkpoint_path(session, spec.resume_from),
+            init_path=None if latest else _checkpoint_path(session, spec.init_from),
             process_group_timeout_seconds=self.settings.process_group_timeout_seconds,
         )
 
-    def _launch_and_wait(self, request: RunRequest) -> None:
+    def _launch_and_watch(self, request: RunRequest) -> None:
         request_file = request.run_path / "request.json"
         request_file.write_text(request.model_dump_json())
         env = dict(os.environ)
         if request.devices:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, request.devices))
         with open(request.run_path / "launcher.log", "ab") as launcher_log:
+            # A session of its own: cancel ends the launcher, its ranks and their loader workers
+            # as one process group.
             launcher = subprocess.Popen(
                 [sys.executable, "-m", "worker.launcher", str(request_file), str(os.getpid())],
                 stdout=launcher_log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
             )
         log.info("job %s attempt %d: launcher pid %d", request.job_id, request.attempt, launcher.pid)
         renew_every = self.settings.lease_seconds / 3
+        next_renewal = time.monotonic() + renew_every
         while True:
             try:
-                launcher.wait(timeout=renew_every)
+                launcher.wait(timeout=POLL_SECONDS)
                 break
             except subprocess.TimeoutExpired:
                 pass
             with transaction(self.sessions) as session:
-                still_ours = jobs.renew_lease(session, request.job_id, self.hostname, self.settings.lease_seconds)
-            if not still_ours:
+                if time.monotonic() >= next_renewal:
+                    state = jobs.renew_lease(session, request.job_id, self.hostname, request.attempt,
+                                             self.settings.lease_seconds)
+                    next_renewal = time.monotonic() + renew_every
+                else:
+                    job = jobs.get(session, request.job_id)
+                    state = job.state if job and job.lease_owner == self.hostname and job.attempt == request.attempt else None
+            if state is None:
                 log.warning("job %s: lease lost; ending its launcher", request.job_id)
-                os.killpg(launcher.pid, signal.SIGKILL)
-                launcher.wait()
+                _end_process_group(launcher)
+                return
+            if state == "cancelling":
+                _end_process_group(launcher)
+                self._report(request.job_id, request.attempt,
+                             StateChange(state="cancelled", stop_reason="cancelled"))
+                log.info("job %s cancelled", request.job_id)
                 return
         if launcher.returncode != 0:
             # The launcher reports the final state itself; it exits non-zero only when it could not.
@@ -122,6 +156,33 @@ class JobRunner:
         reporter = EventReporter(self.settings.redis_url, self.settings.events_stream, job_id, attempt)
         reporter.send(change)
         reporter.close()
+
+
+def _end_process_group(launcher: subprocess.Popen) -> None:
+    """SIGTERM to the launcher's whole group, SIGKILL to what is left after a grace period."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(launcher.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            launcher.wait(timeout=TERMINATE_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            continue
+        # The launcher is gone; its ranks may linger a moment in the same group.
+        deadline = time.monotonic() + TERMINATE_GRACE_SECONDS
+        while time.monotonic() < deadline and _group_alive(launcher.pid):
+            time.sleep(0.1)
+        if not _group_alive(launcher.pid):
+            return
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def _checkpoint_path(session: Session, checkpoint_id: str | None) -> str | None:

@@ -8,9 +8,11 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from service.api import prometheus
 from service.api.body_limit import BodyLimitMiddleware
+from service.api.prometheus import ApiMetrics, install_latency_middleware
 from service.api.deps import AppState
-from service.api.routers import catalog, checkpoints, health, jobs, metrics
+from service.api.routers import catalog, checkpoints, health, jobs, metrics, workers
 from service.background import BackgroundLoop
 from service.db import make_engine, make_session_factory
 from service.dispatch import Dispatcher
@@ -39,8 +41,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = FastAPI(title="trainjobs", version="0.1.0", lifespan=lifespan,
                   description="Submit PyTorch training jobs over HTTP; workers train them with DDP.")
     app.state.trainjobs = state
+    app.state.api_metrics = ApiMetrics()
+    install_latency_middleware(app, app.state.api_metrics)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
-    for router in (health.router, jobs.router, metrics.router, checkpoints.router, catalog.router):
+    for router in (health.router, prometheus.router, jobs.router, metrics.router, checkpoints.router,
+                   catalog.router, workers.router):
         app.include_router(router)
     _install_error_answers(app)
     return app

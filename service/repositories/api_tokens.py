@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.tables import ApiTokenRow
+from service.tables import ApiTokenRow, utcnow
 
 
 def add(session: Session, token: ApiTokenRow) -> None:
@@ -18,3 +18,15 @@ def find_active(session: Session, token_sha256: str) -> ApiTokenRow | None:
     return session.scalars(
         select(ApiTokenRow).where(ApiTokenRow.token_sha256 == token_sha256, ApiTokenRow.revoked_at.is_(None))
     ).one_or_none()
+
+
+def all(session: Session) -> list[ApiTokenRow]:
+    return list(session.scalars(select(ApiTokenRow).order_by(ApiTokenRow.created_at)))
+
+
+def revoke(session: Session, token_id: str) -> bool:
+    row = session.get(ApiTokenRow, token_id)
+    if row is None or row.revoked_at is not None:
+        return False
+    row.revoked_at = utcnow()
+    return True

@@ -5,13 +5,15 @@ from __future__ import annotations
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from service.repositories.insert_ignore import insert_ignore
+from service.repositories.idempotent_writes import upsert
 from service.tables import CheckpointRow
 from trainjobs.contract.events import CheckpointRecord
 
 
-def record(session: Session, job_id: str, checkpoint: CheckpointRecord) -> bool:
-    return insert_ignore(session, CheckpointRow.__table__, {
+def record(session: Session, job_id: str, checkpoint: CheckpointRecord) -> None:
+    """The file's latest write wins: a later attempt that re-runs an epoch rewrites its file (on
+    cuda not always bit-identically), and the row must describe the file now on disk."""
+    upsert(session, CheckpointRow.__table__, {
         "id": checkpoint.id, "job_id": job_id, "epoch": checkpoint.epoch, "path": checkpoint.path,
         "size_bytes": checkpoint.size_bytes, "sha256": checkpoint.sha256,
         "is_best": checkpoint.is_best, "created_at": checkpoint.created_at,

@@ -23,3 +23,7 @@ def due(session: Session, created_before: datetime, limit: int = 100) -> list[Di
 
 def remove(session: Session, job_id: str) -> None:
     session.execute(delete(DispatchIntentRow).where(DispatchIntentRow.job_id == job_id))
+
+
+def exists(session: Session, job_id: str) -> bool:
+    return session.get(DispatchIntentRow, job_id) is not None

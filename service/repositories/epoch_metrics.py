@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.repositories.insert_ignore import insert_ignore
+from service.repositories.idempotent_writes import insert_ignore
 from service.tables import EpochMetricsRow, utcnow
 
 

@@ -16,8 +16,10 @@ def add(session: Session, job: JobRow) -> None:
     session.flush()
 
 
-def get(session: Session, job_id: str) -> JobRow | None:
-    return session.get(JobRow, job_id)
+def get(session: Session, job_id: str, for_update: bool = False) -> JobRow | None:
+    """`for_update` locks the row (PostgreSQL) so that state changes from the collector, the
+    reaper and cancel never interleave on one job."""
+    return session.get(JobRow, job_id, with_for_update=for_update, populate_existing=for_update)
 
 
 def get_by_idempotency_key(session: Session, owner: str, key: str) -> JobRow | None:
@@ -60,27 +62,30 @@ def claim(session: Session, job_id: str, worker: str, lease_seconds: float) -> J
     )
     if result.rowcount != 1:
         return None
-    return session.get(JobRow, job_id, populate_existing=True)
+    return session.get(JobRow, job_id, populate_existing=True)  # still locked by the UPDATE
 
 
-def renew_lease(session: Session, job_id: str, worker: str, lease_seconds: float) -> bool:
-    """False when the lease is no longer ours (the job was taken over or finished)."""
-    result = session.execute(
-        update(JobRow)
-        .where(JobRow.id == job_id, JobRow.lease_owner == worker, JobRow.state.in_(("running", "cancelling")))
-        .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds))
-        .execution_options(synchronize_session=False)
-    )
-    return result.rowcount == 1
+def renew_lease(session: Session, job_id: str, worker: str, attempt: int, lease_seconds: float) -> str | None:
+    """Extend our lease; return the job's state, or None when the lease is no longer ours (the
+    job was requeued after our lease ran out, or it ended)."""
+    job = session.get(JobRow, job_id, with_for_update=True, populate_existing=True)
+    if job is None or job.lease_owner != worker or job.attempt != attempt or job.state not in ("running", "cancelling"):
+        return None
+    job.lease_expires_at = utcnow() + timedelta(seconds=lease_seconds)
+    return job.state
 
 
-def release_lease(session: Session, job_id: str, worker: str) -> None:
-    session.execute(
-        update(JobRow)
-        .where(JobRow.id == job_id, JobRow.lease_owner == worker)
-        .values(lease_owner=None, lease_expires_at=None)
-        .execution_options(synchronize_session=False)
-    )
+def with_expired_lease(session: Session, now: datetime, limit: int = 100) -> list[JobRow]:
+    return list(session.scalars(
+        select(JobRow).where(JobRow.state.in_(("running", "cancelling")), JobRow.lease_expires_at < now)
+        .order_by(JobRow.lease_expires_at).limit(limit).with_for_update(skip_locked=True)
+    ))
+
+
+def queued(session: Session, limit: int = 500) -> list[JobRow]:
+    return list(session.scalars(
+        select(JobRow).where(JobRow.state == "queued").order_by(JobRow.created_at).limit(limit)
+    ))
 
 
 def count_by_state(session: Session) -> dict[str, int]:

@@ -3,13 +3,12 @@
 import hashlib
 import os
 import signal
-from pathlib import Path
 
 import pytest
 import redis
 import torch
 
-from tests.harness import REDIS_URL, tiny_wavenet_spec, wait_for_terminal, wait_until
+from tests.harness import REDIS_URL, pid_alive, rank_pids, tiny_wavenet_spec, wait_for_terminal, wait_until
 from trainjobs.contract.events import JobEvent
 from trainjobs.contract.spec import JobSpec
 from worker.trainer.catalog import build_model
@@ -54,54 +53,14 @@ def test_a_rank_killed_mid_job_fails_the_job_naming_the_rank_and_no_rank_survive
     spec = tiny_wavenet_spec(epochs=50)
     job_id = client.post("/v1/jobs", json=spec).json()["id"]
     wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["epoch"] >= 1, 120, what="the first epoch")
-    launcher = wait_until(lambda: find_launcher(job_id), 10, what="the launcher process")
-    ranks = child_pids(launcher)
-    assert len(ranks) >= 2
-    rank_one = rank_pid(ranks, 1)
-    os.kill(rank_one, signal.SIGKILL)
+    ranks = rank_pids(job_id)
+    assert sorted(ranks) == [0, 1]
+    os.kill(ranks[1], signal.SIGKILL)
 
     job = wait_for_terminal(client, job_id, timeout=60)
     assert (job["state"], job["stop_reason"]) == ("failed", "error")
     assert job["error"].startswith("rank 1 failed (signal SIGKILL)")
-    wait_until(lambda: not any(pid_alive(pid) for pid in ranks), 15, what="every rank to end")
-
-
-def find_launcher(job_id: str) -> int | None:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"worker.launcher" in cmdline and any(job_id.encode() in part for part in cmdline):
-                return int(entry.name)
-    return None
-
-
-def child_pids(pid: int) -> list[int]:
-    children = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        children += [int(child) for child in (task / "children").read_text().split()]
-    return children
-
-
-def rank_pid(pids: list[int], rank: int) -> int:
-    """The rank is told by the log file its stdout points at."""
-    for pid in pids:
-        try:
-            if os.readlink(f"/proc/{pid}/fd/1").endswith(f"rank{rank}.log"):
-                return pid
-        except OSError:
-            continue
-    raise LookupError(f"no process of rank {rank} among {pids}")
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
-    return "State:\tZ" not in status
+    wait_until(lambda: not any(pid_alive(pid) for pid in ranks.values()), 15, what="every rank to end")
 
 
 def test_metrics_are_complete_and_once_after_the_api_is_killed_mid_job(stack_on, sqlite_url):

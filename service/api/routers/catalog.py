@@ -8,9 +8,10 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from service.api.deps import Caller
+from service.api.error_docs import errors
 from trainjobs.contract import catalog
 
-router = APIRouter(prefix="/v1", tags=["catalog"])
+router = APIRouter(prefix="/v1", tags=["catalog"], responses=errors(401))
 
 
 class ParamInfo(BaseModel):

@@ -10,11 +10,12 @@ from pydantic import BaseModel
 
 from service import jobs
 from service.api.deps import Caller, DbSession, State
+from service.api.error_docs import errors
 from service.checkpoint_files import resolve_in_store
 from service.errors import NotFound
 from service.repositories import checkpoints
 
-router = APIRouter(prefix="/v1/jobs/{job_id}/checkpoints", tags=["checkpoints"])
+router = APIRouter(prefix="/v1/jobs/{job_id}/checkpoints", tags=["checkpoints"], responses=errors(401, 404))
 
 
 class CheckpointOut(BaseModel):

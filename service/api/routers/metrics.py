@@ -7,10 +7,11 @@ from pydantic import BaseModel
 
 from service import jobs
 from service.api.deps import Caller, DbSession
+from service.api.error_docs import errors
 from service.repositories import epoch_metrics
 from trainjobs.contract.events import EpochMetrics
 
-router = APIRouter(prefix="/v1/jobs/{job_id}/metrics", tags=["metrics"])
+router = APIRouter(prefix="/v1/jobs/{job_id}/metrics", tags=["metrics"], responses=errors(401, 404))
 
 
 class MetricsList(BaseModel):

@@ -1,0 +1,66 @@
+"""The baseline: a plain hand-written DDP loop, the few lines from the PyTorch DDP tutorial,
+training the same model on the same data with the same ranks as the trainer does."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from contextlib import nullcontext
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+from trainjobs.contract.spec import JobSpec
+from worker.trainer.catalog import build_datasets, build_model
+
+
+def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=120))
+    spec = JobSpec.model_validate_json(spec_json)
+    torch.manual_seed(spec.seed)
+    full, train, _ = build_datasets(spec.data.name, spec.data.params, "/nonexistent")
+    sampler = DistributedSampler(train, num_replicas=world_size, rank=rank, shuffle=True, seed=spec.seed)
+    loader = DataLoader(train, batch_size=spec.batch_size, sampler=sampler)
+    model = DDP(build_model(spec.model.name, spec.model.params, full))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.effective_lr)
+    autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if spec.precision == "bf16" else nullcontext
+    accumulation = spec.accumulation_steps
+    epoch_rates = []
+    for epoch in range(1, spec.epochs + 1):
+        sampler.set_epoch(epoch)
+        start, samples = time.perf_counter(), 0
+        for step, (inputs, targets) in enumerate(loader):
+            last = (step + 1) % accumulation == 0 or step + 1 == len(loader)
+            with (nullcontext() if last else model.no_sync()):
+                with autocast():
+                    loss = F.cross_entropy(model(inputs), targets) / accumulation
+                loss.backward()
+            if last:
+                optimizer.step()
+                optimizer.zero_grad()
+            samples += len(inputs)
+        dist.barrier()
+        epoch_rates.append(samples * world_size / (time.perf_counter() - start))
+    if rank == 0:
+        with open(result_path, "w") as file:
+            json.dump(epoch_rates, file)
+    dist.destroy_process_group()
+    os._exit(0)
+
+
+def run_plain_ddp(spec: JobSpec, result_path: str) -> list[float]:
+    """Samples per second of each epoch, all ranks together."""
+    from worker.launcher import free_port
+
+    mp.spawn(_rank, args=(spec.world_size, free_port(), spec.model_dump_json(), result_path),
+             nprocs=spec.world_size, join=True)
+    with open(result_path) as file:
+        return json.load(file)

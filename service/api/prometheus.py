@@ -1,0 +1,66 @@
+"""GET /metrics: Prometheus text. Gauges are read from SQL and Redis at scrape time; request
+latency is a histogram observed by a middleware, labelled by route template (not raw path)."""
+
+from __future__ import annotations
+
+import time
+
+import redis
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, Histogram, generate_latest
+from sqlalchemy import func, select
+from starlette.concurrency import run_in_threadpool
+
+from service.api.deps import AppState, State
+from service.repositories import jobs
+from service.tables import EpochMetricsRow
+from trainjobs.contract.dispatch import queue_for
+
+router = APIRouter(tags=["health"])
+
+
+class ApiMetrics:
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        self.jobs = Gauge("trainjobs_jobs", "jobs by state", ["state"], registry=self.registry)
+        self.queue_depth = Gauge("trainjobs_queue_depth", "run messages waiting in the broker", ["device"],
+                                 registry=self.registry)
+        self.epochs = Gauge("trainjobs_epochs_finished", "epochs finished, all jobs", registry=self.registry)
+        self.latency = Histogram("trainjobs_api_request_seconds", "API request latency",
+                                 ["method", "route", "status"], registry=self.registry,
+                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+
+    def refresh(self, state: AppState) -> None:
+        with state.sessions() as session:
+            counts = jobs.count_by_state(session)
+            epochs = session.scalar(select(func.count()).select_from(EpochMetricsRow))
+        for job_state in ("queued", "running", "cancelling", "succeeded", "failed", "cancelled"):
+            self.jobs.labels(job_state).set(counts.get(job_state, 0))
+        self.epochs.set(epochs or 0)
+        client = redis.Redis.from_url(state.settings.redis_url, socket_timeout=2)
+        try:
+            for device in ("cpu", "cuda"):
+                self.queue_depth.labels(device).set(client.llen(queue_for(state.settings.namespace, device)))
+        except redis.RedisError:
+            pass
+        finally:
+            client.close()
+
+
+def install_latency_middleware(app, metrics: ApiMetrics) -> None:
+    @app.middleware("http")
+    async def observe_latency(request: Request, call_next):
+        start = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        template = getattr(route, "path", "unmatched")
+        metrics.latency.labels(request.method, template, str(response.status_code)).observe(time.perf_counter() - start)
+        return response
+
+
+@router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})
+async def prometheus_metrics(request: Request, state: State) -> Response:
+    metrics: ApiMetrics = request.app.state.api_metrics
+    await run_in_threadpool(metrics.refresh, state)
+    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,45 @@
+"""/v1/workers: the fleet as its heartbeats describe it."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+
+import redis
+from fastapi import APIRouter
+from pydantic import BaseModel
+
+from service.api.deps import Caller, State
+from service.api.error_docs import errors
+from trainjobs.contract.workers import read_workers
+
+router = APIRouter(prefix="/v1/workers", tags=["workers"], responses=errors(401))
+
+
+class WorkerOut(BaseModel):
+    hostname: str
+    device: str
+    slots: int
+    busy: int
+    jobs: list[str]
+    last_seen: datetime
+    lost: bool
+
+
+class WorkerList(BaseModel):
+    items: list[WorkerOut]
+
+
+@router.get("", response_model=WorkerList)
+def list_workers(_caller: Caller, state: State) -> WorkerList:
+    client = redis.Redis.from_url(state.settings.redis_url, socket_timeout=5)
+    try:
+        workers = read_workers(client, state.settings.workers_key)
+    finally:
+        client.close()
+    now = time.time()
+    return WorkerList(items=[
+        WorkerOut(hostname=w.hostname, device=w.device, slots=w.slots, busy=w.busy, jobs=w.jobs,
+                  last_seen=w.last_seen_at, lost=w.is_lost(now, state.settings.worker_lost_seconds))
+        for w in workers
+    ])
