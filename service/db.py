@@ -1,5 +1,13 @@
-"""Engine and sessions. SQLite gets WAL and a busy timeout: the API, its collector and local
-workers write the same file from several processes."""
+"""Engine and sessions.
+
+SQLite gets WAL and a busy timeout (the API, its collector and local workers share the file),
+and real transactions: pysqlite by default starts a transaction only at the first write, so a
+read-modify-write (a job's event counter, say) could read a value another process changes before
+the write. Here a write transaction starts with BEGIN IMMEDIATE, taking SQLite's write lock up
+front; read-only work (`read_only=True`, the API's GET requests) starts with a plain BEGIN and,
+under WAL, never waits for writers. PostgreSQL needs none of this: writers lock the job row
+(SELECT ... FOR UPDATE).
+"""
 
 from __future__ import annotations
 
@@ -10,15 +18,18 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 
-def make_engine(url: str) -> Engine:
+def make_engine(url: str, read_only: bool = False) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-        event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "connect", _sqlite_connect)
+        begin = "BEGIN" if read_only else "BEGIN IMMEDIATE"
+        event.listen(engine, "begin", lambda connection: connection.exec_driver_sql(begin))
         return engine
     return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
 
 
-def _sqlite_pragmas(dbapi_connection, _record) -> None:
+def _sqlite_connect(dbapi_connection, _record) -> None:
+    dbapi_connection.isolation_level = None  # SQLAlchemy's "begin" event issues BEGIN itself
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA busy_timeout=30000")

@@ -49,8 +49,12 @@ def _train(rank: int, request: RunRequest, port: int) -> tuple[str, int]:
     from worker.trainer.distributed import init_rank
     from worker.trainer.trainer import Trainer
 
+    import torch
+
     spec = request.spec
     context = init_rank(rank, spec.world_size, port, spec.device, request.process_group_timeout_seconds)
+    print(f"rank {rank} of {spec.world_size} on {context.device} ({torch.get_num_threads()} threads, "
+          f"torch {torch.__version__}), job {request.job_id} attempt {request.attempt}", flush=True)
     store = CheckpointStore(Path(request.checkpoint_dir))
     reporter = reporter_for(request) if context.is_main else None
     trainer = Trainer(spec, request.job_id, context, store, Path(request.data_root), reporter)
@@ -63,6 +67,7 @@ def _train(rank: int, request: RunRequest, port: int) -> tuple[str, int]:
     stop_reason = trainer.fit()
     # Every rank reaches this barrier only after rank 0 wrote and reported its last checkpoint.
     dist.barrier()
+    print(f"rank {rank} done after epoch {trainer.epoch}: {stop_reason}", flush=True)
     return stop_reason, trainer.epoch
 
 

@@ -25,8 +25,10 @@ log = logging.getLogger(__name__)
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     engine = make_engine(settings.sql_url)
+    read_engine = make_engine(settings.sql_url, read_only=True) if settings.sql_url.startswith("sqlite") else engine
     sessions = make_session_factory(engine)
-    state = AppState(settings=settings, sessions=sessions, dispatcher=Dispatcher(settings, sessions))
+    state = AppState(settings=settings, sessions=sessions, read_sessions=make_session_factory(read_engine),
+                     dispatcher=Dispatcher(settings, sessions))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -37,6 +39,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if loop:
             loop.stop()
         engine.dispose()
+        read_engine.dispose()
 
     app = FastAPI(title="trainjobs", version="0.1.0", lifespan=lifespan,
                   description="Submit PyTorch training jobs over HTTP; workers train them with DDP.")

@@ -19,7 +19,8 @@ from trainjobs.settings import Settings
 @dataclass
 class AppState:
     settings: Settings
-    sessions: sessionmaker[Session]
+    sessions: sessionmaker[Session]        # for requests that write
+    read_sessions: sessionmaker[Session]   # for GET requests (on SQLite: never wait for writers)
     dispatcher: Dispatcher
 
 
@@ -27,10 +28,11 @@ def app_state(request: Request) -> AppState:
     return request.app.state.trainjobs
 
 
-def db_session(state: Annotated[AppState, Depends(app_state)]) -> Iterator[Session]:
+def db_session(request: Request, state: Annotated[AppState, Depends(app_state)]) -> Iterator[Session]:
     """The request's one transaction: committed here, once, after the handler returned and
     before the response is sent (scope="function" below), then the on-commit callbacks run."""
-    with state.sessions() as session:
+    sessions = state.read_sessions if request.method in ("GET", "HEAD") else state.sessions
+    with sessions() as session:
         with session.begin():
             yield session
         run_on_commit_callbacks(session)

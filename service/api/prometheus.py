@@ -32,7 +32,7 @@ class ApiMetrics:
                                  buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
 
     def refresh(self, state: AppState) -> None:
-        with state.sessions() as session:
+        with state.read_sessions() as session:
             counts = jobs.count_by_state(session)
             epochs = session.scalar(select(func.count()).select_from(EpochMetricsRow))
         for job_state in ("queued", "running", "cancelling", "succeeded", "failed", "cancelled"):

@@ -126,14 +126,15 @@ def test_the_event_stream_delivers_every_state_and_epoch_in_order_and_resumes_wi
 def test_logs_hold_every_rank_s_output_prefixed_by_rank(client):
     job_id = client.post("/v1/jobs", json=tiny_wavenet_spec(epochs=1)).json()["id"]
     assert wait_for_terminal(client, job_id)["state"] == "succeeded"
-    # The trainer's own lines plus a resume notice are not printed in a fresh run; rank output
-    # that every run has is gloo's and Python's: check the prefixes, not the words.
-    text = client.get(f"/v1/jobs/{job_id}/logs").text
-    assert client.get(f"/v1/jobs/{job_id}/logs").headers["content-type"].startswith("text/plain")
-    lines = text.splitlines()
+    response = client.get(f"/v1/jobs/{job_id}/logs")
+    assert response.headers["content-type"].startswith("text/plain")
+    lines = response.text.splitlines()
     assert all(line.startswith(("[rank 0] ", "[rank 1] ")) for line in lines)
+    for rank in (0, 1):
+        assert f"[rank {rank}] rank {rank} of 2 on cpu" in response.text
+        assert f"[rank {rank}] rank {rank} done after epoch 1: completed" in lines
     tail = client.get(f"/v1/jobs/{job_id}/logs", params={"tail": 1}).text.splitlines()
-    assert len(tail) <= 2
+    assert tail == ["[rank 0] rank 0 done after epoch 1: completed", "[rank 1] rank 1 done after epoch 1: completed"]
 
 
 def test_workers_catalog_readiness_and_prometheus(stack, client):

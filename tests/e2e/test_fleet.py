@@ -30,8 +30,8 @@ def test_a_queued_job_that_no_worker_can_take_waits_with_a_reason_and_cancels(st
     stack = stack_on(sqlite_url, **FAST_FLEET)
     client = stack.client(stack.token())
     job_id = client.post("/v1/jobs", json=tiny_wavenet_spec(gpus=3)).json()["id"]
-    waiting = wait_until(lambda: job(client, job_id)["waiting_reason"], 30, what="a waiting reason")
-    assert waiting == "needs 3 cpu devices; the largest live cpu worker has 2"
+    reason = "needs 3 cpu devices; the largest live cpu worker has 2"
+    wait_until(lambda: job(client, job_id)["waiting_reason"] == reason, 30, what="the waiting reason")
     assert job(client, job_id)["state"] == "queued"
 
     response = client.post(f"/v1/jobs/{job_id}/cancel")
@@ -119,10 +119,13 @@ def test_max_runtime_ends_the_job_as_a_timeout(stack_on, sqlite_url):
     stack = stack_on(sqlite_url)
     client = stack.client(stack.token())
     job_id = client.post("/v1/jobs", json=long_job(max_runtime_seconds=8)).json()["id"]
+    ranks = rank_pids(job_id, timeout=30)
     ended = wait_for_terminal(client, job_id, timeout=60)
     assert (ended["state"], ended["stop_reason"]) == ("failed", "timeout")
     assert "max_runtime_seconds=8" in ended["error"]
-    assert find_launcher(job_id) is None
+    assert ended["epoch"] < 60
+    wait_until(lambda: find_launcher(job_id) is None and not any(map(pid_alive, ranks.values())), 10,
+               what="the launcher and ranks to end")
 
 
 def test_a_rank_that_raises_fails_the_job_with_its_traceback(stack_on, sqlite_url):
@@ -176,6 +179,7 @@ def test_two_workers_lease_their_own_slots_and_a_job_too_big_for_both_waits(stac
     assert all(worker["busy"] <= worker["slots"] for worker in workers)
     placed = {job_id for worker in workers for job_id in worker["jobs"]}
     assert two in placed and len(placed) == 3
-    assert job(client, three)["waiting_reason"] == "needs 3 cpu devices; the largest live cpu worker has 2"
+    wait_until(lambda: job(client, three)["waiting_reason"] == "needs 3 cpu devices; the largest live cpu worker has 2",
+               15, what="the 3-rank job's waiting reason")
     for job_id in [two, *ones, three]:
         client.post(f"/v1/jobs/{job_id}/cancel")

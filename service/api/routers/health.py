@@ -21,7 +21,7 @@ def healthz() -> dict[str, str]:
 def readyz(state: State) -> JSONResponse:
     down = []
     try:
-        with state.sessions() as session:
+        with state.read_sessions() as session:
             session.execute(text("SELECT 1"))
     except Exception:
         down.append("sql")

@@ -58,7 +58,7 @@ def job_events(job_id: str, session: DbSession, caller: Caller, state: State,
                last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
     job = jobs.get_visible(session, caller, job_id)
     after = jobs.parse_last_event_id(last_event_id)
-    return StreamingResponse(job_event_stream(state.sessions, job.id, after), media_type="text/event-stream",
+    return StreamingResponse(job_event_stream(state.read_sessions, job.id, after), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
