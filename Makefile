@@ -35,3 +35,7 @@ demo: install
 
 clean:
 	rm -rf $(VENV) .trainjobs .pytest_cache
+
+bench: install install-vision services
+	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null
+	$(VENV)/bin/python -m bench

@@ -1,67 +1,80 @@
-"""Trainer overhead: samples/s of the trainer vs the plain DDP loop, same model, data, ranks.
+"""Trainer overhead and scaling: samples/s of a wavenet job through the whole service (API,
+worker, launcher, DDP ranks, the trainer) against a plain hand-written DDP loop
+(bench/plain_ddp.py) on the same model, data and ranks.
 
-Each configuration runs both loops in turn, `--repeats` times; the figure per run is the median
-epoch after the first (warm-up) epoch, and the ratio is trainer / plain of the medians.
+Each configuration runs both, `repeats` times, alternating; a run's figure is the median of its
+epochs after the first (warm-up), and the ratio is service / plain of the medians. Scaling is
+samples/s at 2 ranks over 1 rank, for each loop (one thread per rank on 2 cores).
 """
 
 from __future__ import annotations
 
 import statistics
 import tempfile
+from itertools import product
 from pathlib import Path
 
 from bench.plain_ddp import run_plain_ddp
+from tests.harness import REDIS_URL, Stack, sql_database, wait_for_terminal
 from trainjobs.contract.spec import JobSpec
-from worker.local_run import local_request, train_locally
 
 
-def wavenet_spec(ranks: int, precision: str, accumulation: int, epochs: int) -> JobSpec:
-    return JobSpec.model_validate({
+def wavenet_spec(ranks: int, precision: str, accumulation: int, epochs: int) -> dict:
+    return {
         "model": {"name": "wavenet", "params": {"n_residue": 16, "n_skip": 32, "dilation_depth": 6, "n_repeat": 2}},
-        "data": {"name": "synthetic-audio", "params": {"num_samples": 288, "length": 512, "mu": 64,
-                                                        "val_fraction": 1 / 9}},
+        "data": {"name": "synthetic-audio", "params": {"num_samples": 176, "length": 256, "mu": 64,
+                                                        "val_fraction": 1 / 11}},
         "device": "cpu", "gpus": ranks, "epochs": epochs, "batch_size": 8, "precision": precision,
         "accumulation_steps": accumulation, "optimizer": {"name": "adamw", "lr": 0.002}, "lr_scaling": "none",
-    })
-
-
-def trainer_rates(spec: JobSpec, workdir: Path) -> list[float]:
-    import json
-
-    request = local_request(spec, workdir, workdir / "data")
-    outcome = train_locally(request)
-    if outcome.state != "succeeded":
-        raise RuntimeError(f"trainer run failed: {outcome.error}")
-    lines = (Path(request.run_dir) / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line)["samples_per_second"] for line in lines]
+    }
 
 
 def steady(rates: list[float]) -> float:
     return statistics.median(rates[1:] if len(rates) > 1 else rates)
 
 
-def measure(ranks: int, precision: str, accumulation: int, epochs: int, repeats: int) -> dict:
-    spec = wavenet_spec(ranks, precision, accumulation, epochs)
-    ours, plain = [], []
-    with tempfile.TemporaryDirectory() as scratch:
-        for repeat in range(repeats):
-            ours.append(steady(trainer_rates(spec, Path(scratch) / f"trainer{repeat}")))
-            plain.append(steady(run_plain_ddp(spec, f"{scratch}/plain{repeat}.json")))
-    trainer_median, plain_median = statistics.median(ours), statistics.median(plain)
-    return {"ranks": ranks, "precision": precision, "accumulation": accumulation,
-            "trainer_samples_per_s": round(trainer_median, 1), "plain_samples_per_s": round(plain_median, 1),
-            "ratio": round(trainer_median / plain_median, 3)}
+def service_rates(client, spec: dict) -> list[float]:
+    job_id = client.post("/v1/jobs", json=spec).json()["id"]
+    job = wait_for_terminal(client, job_id, timeout=600)
+    if job["state"] != "succeeded":
+        raise RuntimeError(f"benchmark job failed: {job['error']}")
+    return [row["samples_per_second"] for row in client.get(f"/v1/jobs/{job_id}/metrics").json()["items"]]
 
 
-CONFIGURATIONS = [(1, "fp32", 1), (2, "fp32", 1), (2, "bf16", 1), (2, "fp32", 4), (1, "bf16", 4)]
+CONFIGURATIONS = list(product((1, 2), ("fp32", "bf16"), (1, 4)))
 
 
-def run(epochs: int = 4, repeats: int = 3, configurations=CONFIGURATIONS) -> list[dict]:
+def run(epochs: int = 3, repeats: int = 3, configurations=CONFIGURATIONS) -> dict:
     rows = []
-    for ranks, precision, accumulation in configurations:
-        row = measure(ranks, precision, accumulation, epochs, repeats)
-        print(f"overhead  ranks={ranks} {precision} accumulation={accumulation}: trainer "
-              f"{row['trainer_samples_per_s']} samples/s, plain DDP {row['plain_samples_per_s']} samples/s, "
-              f"ratio {row['ratio']}", flush=True)
-        rows.append(row)
-    return rows
+    with tempfile.TemporaryDirectory() as scratch, sql_database("sqlite", Path(scratch)) as url:
+        stack = Stack(Path(scratch) / "stack", url, REDIS_URL).start()
+        try:
+            client = stack.client(stack.token("bench"))
+            for ranks, precision, accumulation in configurations:
+                spec = wavenet_spec(ranks, precision, accumulation, epochs)
+                ours, plain = [], []
+                for repeat in range(repeats):
+                    ours.append(steady(service_rates(client, spec)))
+                    plain.append(steady(run_plain_ddp(JobSpec.model_validate(spec), f"{scratch}/plain{repeat}.json")))
+                row = {"ranks": ranks, "precision": precision, "accumulation": accumulation,
+                       "service_samples_per_s": round(statistics.median(ours), 1),
+                       "plain_samples_per_s": round(statistics.median(plain), 1)}
+                row["ratio"] = round(row["service_samples_per_s"] / row["plain_samples_per_s"], 3)
+                print(f"overhead  {ranks} rank(s) {precision} accumulation {accumulation}: service "
+                      f"{row['service_samples_per_s']} samples/s, plain DDP {row['plain_samples_per_s']}, "
+                      f"ratio {row['ratio']}", flush=True)
+                rows.append(row)
+        finally:
+            stack.stop()
+    scaling = []
+    for precision, accumulation in product(("fp32", "bf16"), (1, 4)):
+        one = next((r for r in rows if (r["ranks"], r["precision"], r["accumulation"]) == (1, precision, accumulation)), None)
+        two = next((r for r in rows if (r["ranks"], r["precision"], r["accumulation"]) == (2, precision, accumulation)), None)
+        if one and two:
+            entry = {"precision": precision, "accumulation": accumulation,
+                     "service_2_over_1": round(two["service_samples_per_s"] / one["service_samples_per_s"], 3),
+                     "plain_2_over_1": round(two["plain_samples_per_s"] / one["plain_samples_per_s"], 3)}
+            print(f"scaling   {precision} accumulation {accumulation}: 2 ranks / 1 rank = service "
+                  f"{entry['service_2_over_1']}, plain DDP {entry['plain_2_over_1']}", flush=True)
+            scaling.append(entry)
+    return {"overhead": rows, "scaling": scaling}

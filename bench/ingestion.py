@@ -1,0 +1,66 @@
+"""Metrics ingestion: events per second the collector persists from the Redis stream into SQL,
+and the lag from a report (XADD) to its committed row."""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+from service.collector import EventCollector
+from service.db import make_engine, make_session_factory, transaction
+from service.repositories import epoch_metrics
+from tests.harness import REDIS_URL, clear_namespace, sql_database
+from bench.api_load import seed_jobs
+from trainjobs.contract.events import EpochMetrics, JobEvent
+
+
+def metrics_event(job_id: str, epoch: int) -> dict:
+    payload = EpochMetrics(epoch=epoch, train_loss=1.0, val_loss=1.0, lr=0.1, epoch_seconds=1.0,
+                           samples_per_second=1.0, sent_at=time.time())
+    return JobEvent.of(job_id, 1, payload).to_stream_fields()
+
+
+def run(databases=("sqlite", "postgresql"), jobs: int = 50, epochs: int = 40) -> list[dict]:
+    rows = []
+    for database in databases:
+        with tempfile.TemporaryDirectory() as scratch, sql_database(database, Path(scratch)) as url:
+            namespace = "bench-ingest"
+            client = redis.Redis.from_url(REDIS_URL)
+            stream = f"{namespace}:events"
+            engine = make_engine(url)
+            sessions = make_session_factory(engine)
+            job_ids = [seed_jobs(url, 1, "bench") for _ in range(jobs)]
+            # Throughput: a backlog of jobs x epochs events, drained by one collector.
+            pipe = client.pipeline()
+            for epoch in range(1, epochs + 1):
+                for job_id in job_ids:
+                    pipe.xadd(stream, metrics_event(job_id, epoch))
+            pipe.execute()
+            collector = EventCollector(client, sessions, stream, consumer="bench")
+            start = time.perf_counter()
+            while collector.poll(block_ms=50, count=200):
+                pass
+            seconds = time.perf_counter() - start
+            total = jobs * epochs
+            # Lag: one event at a time while the collector waits on the stream.
+            lags = []
+            for epoch in range(epochs + 1, epochs + 31):
+                client.xadd(stream, metrics_event(job_ids[0], epoch))
+                collector.poll(block_ms=1000)
+                with transaction(sessions) as session:
+                    row = epoch_metrics.for_job(session, job_ids[0])[-1]
+                    lags.append(row.created_at.timestamp() - row.data["sent_at"])
+            result = {"database": database, "events": total, "events_per_s": round(total / seconds, 1),
+                      "lag_ms_p50": round(statistics.median(lags) * 1000, 1),
+                      "lag_ms_max": round(max(lags) * 1000, 1)}
+            print(f"ingest    {database:<10} {result['events_per_s']} events/s persisted ({total} events); "
+                  f"report->row lag p50 {result['lag_ms_p50']} ms, max {result['lag_ms_max']} ms", flush=True)
+            rows.append(result)
+            engine.dispose()
+            clear_namespace(REDIS_URL, namespace)
+            client.close()
+    return rows

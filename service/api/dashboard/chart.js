@@ -1,0 +1,55 @@
+// A small SVG line chart of a job's epochs: train and validation loss on the left axis,
+// learning rate on the right. No library: a few dozen lines are simpler to keep than a bundle.
+"use strict";
+
+function drawLossChart(svg, rows) {
+  const W = 720, H = 280, pad = { left: 56, right: 64, top: 14, bottom: 34 };
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  svg.replaceChildren();
+  const ns = "http://www.w3.org/2000/svg";
+  const el = (name, attrs, text) => {
+    const node = document.createElementNS(ns, name);
+    for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
+    if (text !== undefined) node.textContent = text;
+    svg.appendChild(node);
+    return node;
+  };
+  const epochs = rows.map((row) => row.epoch);
+  const losses = rows.flatMap((row) => [row.train_loss, row.val_loss]).filter(Number.isFinite);
+  const lrs = rows.map((row) => row.lr).filter(Number.isFinite);
+  const maxEpoch = Math.max(2, ...epochs);
+  const [lossLow, lossHigh] = losses.length ? [Math.min(...losses), Math.max(...losses)] : [0, 1];
+  const lossSpan = lossHigh - lossLow || 1;
+  const lrHigh = Math.max(...lrs, 1e-12);
+  const x = (epoch) => pad.left + ((epoch - 1) / (maxEpoch - 1)) * (W - pad.left - pad.right);
+  const y = (loss) => H - pad.bottom - ((loss - lossLow) / lossSpan) * (H - pad.top - pad.bottom);
+  const yLr = (lr) => H - pad.bottom - (lr / lrHigh) * (H - pad.top - pad.bottom);
+
+  el("line", { class: "axis", x1: pad.left, y1: H - pad.bottom, x2: W - pad.right, y2: H - pad.bottom });
+  el("line", { class: "axis", x1: pad.left, y1: pad.top, x2: pad.left, y2: H - pad.bottom });
+  el("line", { class: "axis", x1: W - pad.right, y1: pad.top, x2: W - pad.right, y2: H - pad.bottom });
+  for (let i = 0; i <= 4; i++) {
+    const loss = lossLow + (lossSpan * i) / 4;
+    el("text", { x: pad.left - 6, y: y(loss) + 4, "text-anchor": "end" }, loss.toPrecision(3));
+    el("text", { x: W - pad.right + 6, y: yLr((lrHigh * i) / 4) + 4 }, ((lrHigh * i) / 4).toPrecision(2));
+  }
+  const step = Math.max(1, Math.ceil(maxEpoch / 10));
+  for (let epoch = 1; epoch <= maxEpoch; epoch += step) {
+    el("text", { x: x(epoch), y: H - pad.bottom + 16, "text-anchor": "middle" }, String(epoch));
+  }
+  el("text", { x: (W + pad.left - pad.right) / 2, y: H - 4, "text-anchor": "middle" }, "epoch");
+  el("text", { x: 12, y: pad.top + 6 }, "loss");
+  el("text", { x: W - 22, y: pad.top + 6 }, "lr");
+
+  const line = (cls, key, scale) => {
+    const points = rows.filter((row) => Number.isFinite(row[key])).map((row) => `${x(row.epoch)},${scale(row[key])}`);
+    if (points.length > 1) el("polyline", { class: cls, points: points.join(" ") });
+  };
+  line("lr", "lr", yLr);
+  line("train", "train_loss", y);
+  line("val", "val_loss", y);
+  for (const row of rows) {
+    if (Number.isFinite(row.train_loss)) el("circle", { class: "train-point", cx: x(row.epoch), cy: y(row.train_loss), r: 3, "data-epoch": row.epoch });
+    if (Number.isFinite(row.val_loss)) el("circle", { class: "val-point", cx: x(row.epoch), cy: y(row.val_loss), r: 3, "data-epoch": row.epoch });
+  }
+}
