@@ -22,27 +22,35 @@ ALL = ["overhead", "dispatch", "api", "ingest"]
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("which", nargs="*", choices=ALL, help="which benchmarks [all]")
-    parser.add_argument("--repeats", type=int, default=3, help="runs per overhead configuration [3]")
+    parser.add_argument("which", nargs="*", help=f"which benchmarks, of {', '.join(ALL)} [all]")
+    parser.add_argument("--repeats", type=int, default=2, help="runs per overhead configuration [2]")
     args = parser.parse_args()
     which = args.which or ALL
+    unknown = set(which) - set(ALL)
+    if unknown:
+        parser.error(f"unknown benchmark(s) {sorted(unknown)}; choose from {ALL}")
     started = time.monotonic()
-    results: dict = {"machine": machine(), "date": datetime.now(UTC).isoformat(timespec="seconds")}
-    if "overhead" in which:
-        from bench import overhead
-        results.update(overhead.run(repeats=args.repeats))
-    if "dispatch" in which:
-        from bench import dispatch
-        results["dispatch"] = dispatch.run()
-    if "api" in which:
-        from bench import api_load
-        results["api"] = api_load.run()
-    if "ingest" in which:
-        from bench import ingestion
-        results["ingest"] = ingestion.run()
-    results["minutes"] = round((time.monotonic() - started) / 60, 1)
-    (ROOT / "bench" / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (ROOT / "BENCHMARKS.md").write_text(render(results))
+    results_file = ROOT / "bench" / "results.json"
+    # A partial run (some benchmarks named) updates those and keeps the others' last figures.
+    results: dict = json.loads(results_file.read_text()) if args.which and results_file.exists() else {}
+    results.update(machine=machine(), date=datetime.now(UTC).isoformat(timespec="seconds"))
+    for name in which:
+        if name == "overhead":
+            from bench import overhead
+            results.update(overhead.run(repeats=args.repeats))
+        elif name == "dispatch":
+            from bench import dispatch
+            results["dispatch"] = dispatch.run()
+        elif name == "api":
+            from bench import api_load
+            results["api"] = api_load.run()
+        elif name == "ingest":
+            from bench import ingestion
+            results["ingest"] = ingestion.run()
+        results["minutes"] = round((time.monotonic() - started) / 60, 1)
+        results["ran"] = which
+        results_file.write_text(json.dumps(results, indent=2) + "\n")
+        (ROOT / "BENCHMARKS.md").write_text(render(results))
     print(f"wrote bench/results.json and BENCHMARKS.md in {results['minutes']} minutes")
 
 
@@ -57,8 +65,9 @@ def machine() -> str:
 
 def render(results: dict) -> str:
     lines = ["# Benchmarks", "",
-             f"Measured {results['date']} on {results['machine']}, by `make bench` "
-             f"({results['minutes']} minutes). Figures, not pass/fail: they move with the machine's load.", ""]
+             f"Measured {results['date']} on {results['machine']}, by `python -m bench {' '.join(results['ran'])}` "
+             f"({results['minutes']} minutes). Figures, not pass/fail: on this shared 2-core machine the same "
+             "run differs by up to about 10% from one try to the next.", ""]
     if "overhead" in results:
         lines += ["## 1. Trainer overhead (wavenet, through the whole service vs a plain DDP loop)", "",
                   "Samples/s, median of runs (each the median epoch after the first). Reproduce: `python -m bench overhead`.", "",

@@ -12,14 +12,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.harness import REDIS_URL, Stack, sql_database, tiny_wavenet_spec
+from tests.harness import REDIS_URL, Stack, sql_database, tiny_wavenet_spec, wait_until
 
 SPEC = tiny_wavenet_spec(epochs=1)
 
 
 def through_service(stack: Stack, token: str) -> tuple[float, float]:
-    """Seconds from POST to the `running` event and to the first `metrics` event (SSE)."""
+    """Seconds from POST to the `running` event and to the first `metrics` event (SSE), with the
+    worker idle when the POST goes out (the previous job's devices released)."""
     client = stack.client(token)
+    wait_until(lambda: all(worker["busy"] == 0 for worker in client.get("/v1/workers").json()["items"]),
+               60, interval=0.1, what="an idle worker")
+    time.sleep(1.5)  # and its heartbeat settled
     start = time.perf_counter()
     job_id = client.post("/v1/jobs", json=SPEC).json()["id"]
     running = first_metrics = None
@@ -38,6 +42,7 @@ def through_service(stack: Stack, token: str) -> tuple[float, float]:
 
 def from_the_shell(workdir: Path) -> float:
     """Seconds from starting `trainjobs train` to its first epoch's line."""
+    workdir.mkdir(parents=True, exist_ok=True)
     spec_file = workdir / "spec.json"
     spec_file.write_text(json.dumps(SPEC))
     start = time.perf_counter()
@@ -53,7 +58,7 @@ def from_the_shell(workdir: Path) -> float:
 
 def run(repeats: int = 5) -> dict:
     with tempfile.TemporaryDirectory() as scratch, sql_database("sqlite", Path(scratch)) as url:
-        stack = Stack(Path(scratch) / "stack", url, REDIS_URL).start()
+        stack = Stack(Path(scratch) / "stack", url, REDIS_URL, TRAINJOBS_HEARTBEAT_SECONDS="0.5").start()
         try:
             token = stack.token("bench")
             through_service(stack, token)  # warm-up: worker connections, page cache

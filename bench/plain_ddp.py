@@ -30,7 +30,7 @@ def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: st
     sampler = DistributedSampler(train, num_replicas=world_size, rank=rank, shuffle=True, seed=spec.seed)
     loader = DataLoader(train, batch_size=spec.batch_size, sampler=sampler)
     model = DDP(build_model(spec.model.name, spec.model.params, full))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.effective_lr)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.effective_lr, weight_decay=spec.optimizer.weight_decay)
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if spec.precision == "bf16" else nullcontext
     accumulation = spec.accumulation_steps
     epoch_rates = []

@@ -1,7 +1,6 @@
 """Alembic environment. The URL comes from the caller (`trainjobs migrate`) or the settings."""
 
 from alembic import context
-from sqlalchemy import pool
 
 from service.db import make_engine
 from service.tables import Base

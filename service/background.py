@@ -19,6 +19,8 @@ from trainjobs.contract.workers import live_workers
 
 log = logging.getLogger(__name__)
 
+EXPLAIN_EVERY_SECONDS = 5.0
+
 
 class BackgroundLoop:
     def __init__(self, settings: Settings, sessions: sessionmaker[Session], dispatcher: dispatch.Dispatcher):
@@ -31,6 +33,8 @@ class BackgroundLoop:
             settings.events_stream, # A name stable across restarts, so a restarted API resumes its own pending events at once.
             consumer=socket.gethostname(),
         )
+        self._last_fleet: list | None = None
+        self._next_explain = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="trainjobs-background", daemon=True)
 
@@ -45,7 +49,11 @@ class BackgroundLoop:
         settings = self.settings
         reaper.requeue_lost_jobs(self.sessions, settings.max_attempts)
         workers = live_workers(self.redis, settings.workers_key, settings.worker_lost_seconds)
-        reaper.explain_waiting_jobs(self.sessions, workers)
+        # Waiting reasons depend on the fleet: re-read the queue when it changed, else now and then.
+        fleet = sorted((worker.device, worker.slots) for worker in workers)
+        if fleet != self._last_fleet or time.monotonic() >= self._next_explain:
+            reaper.explain_waiting_jobs(self.sessions, workers)
+            self._last_fleet, self._next_explain = fleet, time.monotonic() + EXPLAIN_EVERY_SECONDS
         dispatch.sweep(self.dispatcher, settings.outbox_grace_seconds)
 
     def _run(self) -> None:

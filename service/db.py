@@ -18,14 +18,21 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 
+# More connections than the API's worker threads (anyio's default limit is 40): a request thread
+# must never wait for a connection held by a request whose dependency exit is itself waiting for
+# a free thread (FastAPI runs a sync yield-dependency's exit in the thread pool).
+POOL_SIZE, MAX_OVERFLOW = 20, 30
+
+
 def make_engine(url: str, read_only: bool = False) -> Engine:
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30},
+                               pool_size=POOL_SIZE, max_overflow=MAX_OVERFLOW)
         event.listen(engine, "connect", _sqlite_connect)
         begin = "BEGIN" if read_only else "BEGIN IMMEDIATE"
         event.listen(engine, "begin", lambda connection: connection.exec_driver_sql(begin))
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    return create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=MAX_OVERFLOW)
 
 
 def _sqlite_connect(dbapi_connection, _record) -> None:

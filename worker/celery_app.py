@@ -31,7 +31,7 @@ def create_worker_app(settings: Settings, pool: DevicePool, hostname: str) -> Ce
         if runner.run(job_id) in ("busy", "elsewhere"):
             # Not enough devices free here now (or ever, but another live worker has enough):
             # hand the message back, for us later or for another worker.
-            raise task.retry(countdown=1)
+            raise task.retry(countdown=0.5)
 
     return app
 

@@ -111,6 +111,7 @@ class JobRunner:
         request_file.write_text(request.model_dump_json())
         env = dict(os.environ)
         if request.devices:
+            # The launcher sees the job's GPUs only; each rank narrows that to its own.
             env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, request.devices))
         with open(request.run_path / "launcher.log", "ab") as launcher_log:
             # A session of its own: cancel ends the launcher, its ranks and their loader workers

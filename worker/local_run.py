@@ -22,7 +22,7 @@ def local_request(spec: JobSpec, workdir: Path, data_root: Path, resume_path: st
     run_path.mkdir(parents=True, exist_ok=True)
     return RunRequest(
         job_id=job_id, attempt=1, spec=spec,
-        devices=list(range(spec.gpus)) if spec.device == "cuda" else [],
+        devices=[],  # no lease: rank i takes the i-th GPU this shell sees
         run_dir=str(run_path), checkpoint_dir=str(workdir / "checkpoints"), data_root=str(data_root),
         resume_path=resume_path, init_path=init_path,
     )

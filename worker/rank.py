@@ -52,7 +52,8 @@ def _train(rank: int, request: RunRequest, port: int) -> tuple[str, int]:
     import torch
 
     spec = request.spec
-    context = init_rank(rank, spec.world_size, port, spec.device, request.process_group_timeout_seconds)
+    context = init_rank(rank, spec.world_size, port, spec.device, request.process_group_timeout_seconds,
+                        leased_gpus=request.devices)
     print(f"rank {rank} of {spec.world_size} on {context.device} ({torch.get_num_threads()} threads, "
           f"torch {torch.__version__}), job {request.job_id} attempt {request.attempt}", flush=True)
     store = CheckpointStore(Path(request.checkpoint_dir))

@@ -10,7 +10,8 @@ from fastapi.responses import JSONResponse
 
 from service.api import prometheus
 from service.api.body_limit import BodyLimitMiddleware
-from service.api.prometheus import ApiMetrics, install_latency_middleware
+from service.api.prometheus import ApiMetrics, LatencyMiddleware
+from service.api.dashboard_files import install_dashboard
 from service.api.deps import AppState
 from service.api.routers import catalog, checkpoints, health, jobs, metrics, workers
 from service.background import BackgroundLoop
@@ -45,12 +46,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   description="Submit PyTorch training jobs over HTTP; workers train them with DDP.")
     app.state.trainjobs = state
     app.state.api_metrics = ApiMetrics()
-    install_latency_middleware(app, app.state.api_metrics)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
+    app.add_middleware(LatencyMiddleware, metrics=app.state.api_metrics)
     for router in (health.router, prometheus.router, jobs.router, metrics.router, checkpoints.router,
                    catalog.router, workers.router):
         app.include_router(router)
     _install_error_answers(app)
+    install_dashboard(app)
     return app
 
 

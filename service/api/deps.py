@@ -1,13 +1,20 @@
-"""Request dependencies: the app's state, one transaction per request, the caller."""
+"""What each request needs: the app's state, its one transaction, and the caller.
+
+A route opens `unit_of_work(request)` in its own body rather than receiving a session from a
+yield-dependency: FastAPI runs a sync dependency's exit in another worker thread, and a request
+cancelled in between (a client that hung up) never runs it, so its connection is never returned
+to the pool. A sync route's body runs whole in one thread, so its `with` always ends.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
 from service.auth import Principal, authenticate
@@ -24,35 +31,45 @@ class AppState:
     dispatcher: Dispatcher
 
 
+@dataclass(frozen=True)
+class Work:
+    session: Session
+    caller: Principal
+
+
 def app_state(request: Request) -> AppState:
     return request.app.state.trainjobs
 
 
-def db_session(request: Request, state: Annotated[AppState, Depends(app_state)]) -> Iterator[Session]:
-    """The request's one transaction: committed here, once, after the handler returned and
-    before the response is sent (scope="function" below), then the on-commit callbacks run."""
+@contextmanager
+def unit_of_work(request: Request) -> Iterator[Work]:
+    """The request's one transaction, with its authenticated caller: committed once, when the
+    block ends without error, then the on-commit callbacks (the dispatch message) run."""
+    state = app_state(request)
     sessions = state.read_sessions if request.method in ("GET", "HEAD") else state.sessions
     with sessions() as session:
         with session.begin():
-            yield session
+            yield Work(session, _caller(session, request))
         run_on_commit_callbacks(session)
 
 
-_bearer = HTTPBearer(auto_error=False)
+def require_caller(request: Request) -> Principal:
+    """For routes that read nothing from SQL but must still be authenticated."""
+    with unit_of_work(request) as work:
+        return work.caller
 
 
-def principal(
-    session: Annotated[Session, Depends(db_session, scope="function")],
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> Principal:
-    if credentials is None or credentials.scheme.lower() != "bearer":
+def _caller(session: Session, request: Request) -> Principal:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token:
         raise HTTPException(401, "missing bearer token", headers={"WWW-Authenticate": "Bearer"})
-    caller = authenticate(session, credentials.credentials)
+    caller = authenticate(session, token.strip())
     if caller is None:
         raise HTTPException(401, "invalid or revoked token", headers={"WWW-Authenticate": "Bearer"})
     return caller
 
 
+# Documents the bearer scheme in OpenAPI; the check itself is in unit_of_work.
+bearer_scheme = [Depends(HTTPBearer(auto_error=False))]
+
 State = Annotated[AppState, Depends(app_state)]
-DbSession = Annotated[Session, Depends(db_session, scope="function")]
-Caller = Annotated[Principal, Depends(principal)]

@@ -48,15 +48,31 @@ class ApiMetrics:
             client.close()
 
 
-def install_latency_middleware(app, metrics: ApiMetrics) -> None:
-    @app.middleware("http")
-    async def observe_latency(request: Request, call_next):
+class LatencyMiddleware:
+    """Plain ASGI (no per-request task or body buffering, unlike @app.middleware("http")):
+    observes each request's latency by method, route template and status."""
+
+    def __init__(self, app, metrics: ApiMetrics):
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
         start = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        template = getattr(route, "path", "unmatched")
-        metrics.latency.labels(request.method, template, str(response.status_code)).observe(time.perf_counter() - start)
-        return response
+        status = 500
+
+        async def send_and_note_status(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_and_note_status)
+        finally:
+            route = getattr(scope.get("route"), "path", "unmatched")
+            self.metrics.latency.labels(scope["method"], route, str(status)).observe(time.perf_counter() - start)
 
 
 @router.get("/metrics", response_class=Response, responses={200: {"content": {"text/plain": {}}}})

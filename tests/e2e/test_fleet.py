@@ -57,7 +57,6 @@ def test_cancel_ends_every_rank_of_a_running_job_within_10_seconds(stack_on, sql
     assert time.monotonic() - started < 10
     ended = wait_for_terminal(client, job_id, timeout=30)
     assert (ended["state"], ended["stop_reason"]) == ("cancelled", "cancelled")
-    workers = client.get("/v1/workers").json()["items"]
     wait_until(lambda: client.get("/v1/workers").json()["items"][0]["busy"] == 0, 15, what="devices freed")
 
 

@@ -1,7 +1,6 @@
 import pytest
 
 from trainjobs.contract.spec import SchedulerSpec
-from worker.trainer.checkpoints import to_remove
 from worker.trainer.schedule import lr_factor
 
 
@@ -25,3 +24,19 @@ def test_step_decays_by_gamma_every_step_size_epochs_after_warm_up():
 
 def test_no_scheduler_keeps_the_peak():
     assert lr_factor(SchedulerSpec(), 10, 7.3) == 1.0
+
+
+def test_rotation_keeps_the_newest_n_and_the_best():
+    from datetime import UTC, datetime
+
+    from trainjobs.contract.events import CheckpointRecord
+    from worker.trainer.checkpoints import to_remove
+
+    def record(epoch: int) -> CheckpointRecord:
+        return CheckpointRecord(id=f"j-e{epoch}", epoch=epoch, size_bytes=1, sha256="0" * 64, is_best=False,
+                                created_at=datetime.now(UTC), path=f"j/{epoch}.pt")
+
+    kept = [record(epoch) for epoch in range(1, 6)]
+    assert [r.epoch for r in to_remove(kept, keep_last=2, best_id="j-e2")] == [1, 3]
+    assert [r.epoch for r in to_remove(kept, keep_last=2, best_id="j-e5")] == [1, 2, 3]
+    assert to_remove(kept, keep_last=5, best_id=None) == []

@@ -1,6 +1,5 @@
 """The trainer's techniques, each checked against the math it must equal, on real DDP ranks."""
 
-import math
 
 import pytest
 import torch

@@ -126,6 +126,7 @@ def _plugins(group: str, kind: type, builtins: dict) -> dict:
     return found
 
 
+@cache
 def describe_params(params: type[BaseModel]) -> list[dict[str, Any]]:
     """Each param's name, JSON type, default and description, for GET /v1/models and /datasets."""
     schema = params.model_json_schema()

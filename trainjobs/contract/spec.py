@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, model_serializer, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_serializer, model_validator
 
 from trainjobs.contract import catalog
 from trainjobs.contract.catalog import SpecError, StrictModel
@@ -70,7 +70,20 @@ class CheckpointPolicy(StrictModel):
     keep_last: int = Field(3, ge=1)
 
 
+EXAMPLE_SPEC = {
+    "name": "wavenet-demo",
+    "model": {"name": "wavenet", "params": {"n_residue": 16, "n_skip": 32, "dilation_depth": 6, "n_repeat": 2}},
+    "data": {"name": "synthetic-audio", "params": {"num_samples": 256, "length": 512, "mu": 64}},
+    "device": "cpu", "gpus": 2, "epochs": 3, "batch_size": 8,
+    "optimizer": {"name": "adamw", "lr": 0.002}, "lr_scaling": "none",
+    "scheduler": {"name": "cosine", "warmup_epochs": 1},
+    "checkpoint": {"every_epochs": 1, "keep_last": 3},
+}
+
+
 class JobSpec(StrictModel):
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [EXAMPLE_SPEC]})
+
     name: str | None = Field(None, min_length=1, max_length=128)
     model: ModelRef
     data: DataRef

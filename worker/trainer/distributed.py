@@ -21,13 +21,19 @@ class RankContext:
         return self.rank == 0
 
 
-def init_rank(rank: int, world_size: int, port: int, device_kind: str, timeout_seconds: float) -> RankContext:
+def init_rank(rank: int, world_size: int, port: int, device_kind: str, timeout_seconds: float,
+              leased_gpus: list[int] | None = None) -> RankContext:
+    """`leased_gpus`: the GPUs a worker leased to the job (physical ids). With DDP each rank then
+    sees only its own, set before CUDA initialises; DataParallel (one rank) sees them all.
+    Without a lease (`trainjobs train`) rank i takes the i-th GPU the shell sees."""
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     if device_kind == "cuda":
-        # The launcher set CUDA_VISIBLE_DEVICES to the leased GPUs: rank i owns visible GPU i.
-        torch.cuda.set_device(rank)
-        device, backend = torch.device("cuda", rank), "nccl"
+        visible, index = gpu_visibility(rank, world_size, leased_gpus)
+        if visible is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = visible
+        torch.cuda.set_device(index)
+        device, backend = torch.device("cuda", index), "nccl"
     else:
         # Ranks share the host's cores; more threads than cores per rank only thrash.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
@@ -36,6 +42,14 @@ def init_rank(rank: int, world_size: int, port: int, device_kind: str, timeout_s
                             timeout=timedelta(seconds=timeout_seconds),
                             device_id=device if device.type == "cuda" else None)
     return RankContext(rank=rank, world_size=world_size, device=device)
+
+
+def gpu_visibility(rank: int, world_size: int, leased_gpus: list[int] | None) -> tuple[str | None, int]:
+    """(CUDA_VISIBLE_DEVICES for this rank or None to leave it, the cuda index it then uses)."""
+    if not leased_gpus:
+        return None, rank
+    visible = [leased_gpus[rank]] if world_size > 1 else leased_gpus
+    return ",".join(map(str, visible)), 0
 
 
 def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
-from service.api.deps import Caller
+from service.api.deps import bearer_scheme, require_caller
 from service.api.error_docs import errors
 from trainjobs.contract import catalog
 
-router = APIRouter(prefix="/v1", tags=["catalog"], responses=errors(401))
+router = APIRouter(prefix="/v1", tags=["catalog"], responses=errors(401), dependencies=bearer_scheme)
 
 
 class ParamInfo(BaseModel):
@@ -40,10 +40,12 @@ def _listing(entries: dict) -> CatalogList:
 
 
 @router.get("/models", response_model=CatalogList)
-def list_models(_caller: Caller) -> CatalogList:
+def list_models(request: Request) -> CatalogList:
+    require_caller(request)
     return _listing(catalog.models())
 
 
 @router.get("/datasets", response_model=CatalogList)
-def list_datasets(_caller: Caller) -> CatalogList:
+def list_datasets(request: Request) -> CatalogList:
+    require_caller(request)
     return _listing(catalog.datasets())

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 from pydantic import BaseModel
 
 from service import jobs
-from service.api.deps import Caller, DbSession, State
+from service.api.deps import State, bearer_scheme, unit_of_work
 from service.api.error_docs import errors
 from service.checkpoint_files import resolve_in_store
 from service.errors import NotFound
 from service.repositories import checkpoints
 
-router = APIRouter(prefix="/v1/jobs/{job_id}/checkpoints", tags=["checkpoints"], responses=errors(401, 404))
+router = APIRouter(prefix="/v1/jobs/{job_id}/checkpoints", tags=["checkpoints"], responses=errors(401, 404),
+                   dependencies=bearer_scheme)
 
 
 class CheckpointOut(BaseModel):
@@ -32,20 +33,21 @@ class CheckpointList(BaseModel):
 
 
 @router.get("", response_model=CheckpointList)
-def list_checkpoints(job_id: str, session: DbSession, caller: Caller) -> CheckpointList:
-    job = jobs.get_visible(session, caller, job_id)
-    rows = checkpoints.for_job(session, job.id)
-    return CheckpointList(items=[CheckpointOut.model_validate(row, from_attributes=True) for row in rows])
+def list_checkpoints(job_id: str, request: Request) -> CheckpointList:
+    with unit_of_work(request) as work:
+        job = jobs.get_visible(work.session, work.caller, job_id)
+        rows = checkpoints.for_job(work.session, job.id)
+        return CheckpointList(items=[CheckpointOut.model_validate(row, from_attributes=True) for row in rows])
 
 
 @router.get("/{checkpoint_id}", response_class=FileResponse,
             responses={200: {"content": {"application/octet-stream": {}}, "description": "the checkpoint file"}})
-def download_checkpoint(job_id: str, checkpoint_id: str, session: DbSession, caller: Caller,
-                        state: State) -> FileResponse:
-    job = jobs.get_visible(session, caller, job_id)
-    row = checkpoints.get(session, checkpoint_id)
-    if row is None or row.job_id != job.id:
-        raise NotFound(f"checkpoint {checkpoint_id} not found")
+def download_checkpoint(job_id: str, checkpoint_id: str, request: Request, state: State) -> FileResponse:
+    with unit_of_work(request) as work:
+        job = jobs.get_visible(work.session, work.caller, job_id)
+        row = checkpoints.get(work.session, checkpoint_id)
+        if row is None or row.job_id != job.id:
+            raise NotFound(f"checkpoint {checkpoint_id} not found")
     path = resolve_in_store(state.settings.checkpoint_path, row.path)
     return FileResponse(path, media_type="application/octet-stream", filename=f"{row.id}.pt",
                         headers={"X-Checkpoint-SHA256": row.sha256})

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Header, Query, Response, status
+from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from service import jobs, timeline
-from service.api.deps import Caller, DbSession, State
+from service.api.deps import State, bearer_scheme, unit_of_work
 from service.api.error_docs import errors
 from service.run_logs import tail_rank_logs
 from service.sse import job_event_stream
 from trainjobs.contract.job import JobDocument, JobPage
 from trainjobs.contract.spec import JobSpec
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=errors(401, 404))
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=errors(401, 404), dependencies=bearer_scheme)
 
 StateFilter = Literal["queued", "running", "cancelling", "succeeded", "failed", "cancelled"]
 
@@ -23,40 +23,45 @@ StateFilter = Literal["queued", "running", "cancelling", "succeeded", "failed", 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=JobDocument,
              responses={200: {"model": JobDocument, "description": "a repeat of an Idempotency-Key"},
                         **errors(413)})
-def submit_job(spec: JobSpec, session: DbSession, caller: Caller, state: State, response: Response,
+def submit_job(spec: JobSpec, request: Request, state: State, response: Response,
                idempotency_key: Annotated[str | None, Header(max_length=256)] = None) -> JobDocument:
-    job, created = jobs.submit(session, caller, spec, state.dispatcher, idempotency_key)
+    with unit_of_work(request) as work:
+        job, created = jobs.submit(work.session, work.caller, spec, state.dispatcher, idempotency_key)
+        document = timeline.document(job)
     response.headers["Location"] = f"/v1/jobs/{job.id}"
     if not created:
         response.status_code = status.HTTP_200_OK
-    return timeline.document(job)
+    return document
 
 
 @router.get("", response_model=JobPage)
-def list_jobs(session: DbSession, caller: Caller, state: StateFilter | None = None,
+def list_jobs(request: Request, state: StateFilter | None = None,
               limit: Annotated[int, Query(ge=1, le=500)] = 50, cursor: str | None = None) -> JobPage:
-    return jobs.list_page(session, caller, state=state, limit=limit, cursor=cursor)
+    with unit_of_work(request) as work:
+        return jobs.list_page(work.session, work.caller, state=state, limit=limit, cursor=cursor)
 
 
 @router.get("/{job_id}", response_model=JobDocument, responses={304: {"description": "unchanged since the ETag given"}})
-def get_job(job_id: str, session: DbSession, caller: Caller, response: Response,
+def get_job(job_id: str, request: Request, response: Response,
             if_none_match: Annotated[str | None, Header()] = None):
-    job = jobs.get_visible(session, caller, job_id)
-    # Every change to a job bumps updated_at, so it names the document's version: a poll of an
-    # unchanged job costs one indexed read and no serialisation.
-    etag = f'"{job.id}-{int(job.updated_at.timestamp() * 1_000_000)}"'
-    if if_none_match is not None and etag in [tag.strip() for tag in if_none_match.split(",")]:
-        return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers={"ETag": etag})
-    response.headers["ETag"] = etag
-    return timeline.document(job)
+    with unit_of_work(request) as work:
+        job = jobs.get_visible(work.session, work.caller, job_id)
+        # Every change to a job bumps updated_at, so it names the document's version: a poll of
+        # an unchanged job costs one indexed read and no serialisation.
+        etag = f'"{job.id}-{int(job.updated_at.timestamp() * 1_000_000)}"'
+        if if_none_match is not None and etag in [tag.strip() for tag in if_none_match.split(",")]:
+            return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers={"ETag": etag})
+        response.headers["ETag"] = etag
+        return timeline.document(job)
 
 
 @router.get("/{job_id}/events", response_class=StreamingResponse,
             responses={200: {"content": {"text/event-stream": {}},
                              "description": "events `state` (the job), `metrics` (one epoch), `checkpoint`"}})
-def job_events(job_id: str, session: DbSession, caller: Caller, state: State,
+def job_events(job_id: str, request: Request, state: State,
                last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
-    job = jobs.get_visible(session, caller, job_id)
+    with unit_of_work(request) as work:
+        job = jobs.get_visible(work.session, work.caller, job_id)
     after = jobs.parse_last_event_id(last_event_id)
     return StreamingResponse(job_event_stream(state.read_sessions, job.id, after), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
@@ -64,13 +69,15 @@ def job_events(job_id: str, session: DbSession, caller: Caller, state: State,
 
 @router.get("/{job_id}/logs", response_class=PlainTextResponse,
             responses={200: {"content": {"text/plain": {}}, "description": "every rank's output, lines prefixed [rank N]"}})
-def job_logs(job_id: str, session: DbSession, caller: Caller, state: State,
+def job_logs(job_id: str, request: Request, state: State,
              tail: Annotated[int | None, Query(ge=1, le=100_000)] = None) -> PlainTextResponse:
-    job = jobs.get_visible(session, caller, job_id)
+    with unit_of_work(request) as work:
+        job = jobs.get_visible(work.session, work.caller, job_id)
     return PlainTextResponse(tail_rank_logs(state.settings.run_path, job.id, job.attempt, tail))
 
 
 @router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=JobDocument,
              responses=errors(409))
-def cancel_job(job_id: str, session: DbSession, caller: Caller) -> JobDocument:
-    return timeline.document(jobs.cancel(session, caller, job_id))
+def cancel_job(job_id: str, request: Request) -> JobDocument:
+    with unit_of_work(request) as work:
+        return timeline.document(jobs.cancel(work.session, work.caller, job_id))

@@ -6,12 +6,15 @@ from fastapi import APIRouter
 from pydantic import BaseModel
 
 from service import jobs
-from service.api.deps import Caller, DbSession
+from fastapi import Request
+
+from service.api.deps import bearer_scheme, unit_of_work
 from service.api.error_docs import errors
 from service.repositories import epoch_metrics
 from trainjobs.contract.events import EpochMetrics
 
-router = APIRouter(prefix="/v1/jobs/{job_id}/metrics", tags=["metrics"], responses=errors(401, 404))
+router = APIRouter(prefix="/v1/jobs/{job_id}/metrics", tags=["metrics"], responses=errors(401, 404),
+                   dependencies=bearer_scheme)
 
 
 class MetricsList(BaseModel):
@@ -19,6 +22,7 @@ class MetricsList(BaseModel):
 
 
 @router.get("", response_model=MetricsList)
-def list_metrics(job_id: str, session: DbSession, caller: Caller) -> MetricsList:
-    job = jobs.get_visible(session, caller, job_id)
-    return MetricsList(items=[row.data for row in epoch_metrics.for_job(session, job.id)])
+def list_metrics(job_id: str, request: Request) -> MetricsList:
+    with unit_of_work(request) as work:
+        job = jobs.get_visible(work.session, work.caller, job_id)
+        return MetricsList(items=[row.data for row in epoch_metrics.for_job(work.session, job.id)])

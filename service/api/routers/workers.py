@@ -6,14 +6,14 @@ import time
 from datetime import datetime
 
 import redis
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
-from service.api.deps import Caller, State
+from service.api.deps import State, bearer_scheme, require_caller
 from service.api.error_docs import errors
 from trainjobs.contract.workers import read_workers
 
-router = APIRouter(prefix="/v1/workers", tags=["workers"], responses=errors(401))
+router = APIRouter(prefix="/v1/workers", tags=["workers"], responses=errors(401), dependencies=bearer_scheme)
 
 
 class WorkerOut(BaseModel):
@@ -31,7 +31,8 @@ class WorkerList(BaseModel):
 
 
 @router.get("", response_model=WorkerList)
-def list_workers(_caller: Caller, state: State) -> WorkerList:
+def list_workers(request: Request, state: State) -> WorkerList:
+    require_caller(request)
     client = redis.Redis.from_url(state.settings.redis_url, socket_timeout=5)
     try:
         workers = read_workers(client, state.settings.workers_key)

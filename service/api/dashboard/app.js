@@ -1,0 +1,238 @@
+// The dashboard: the public API only, with the bearer token kept in session storage.
+// Views: "#/" (jobs and workers, refreshed every 2 s) and "#/jobs/<id>" (one job, live from its
+// server-sent events; fetch() reads the stream because EventSource cannot send a token).
+"use strict";
+
+const TOKEN_KEY = "trainjobs-token";
+const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
+const view = document.getElementById("view");
+let stopView = () => {};
+
+const token = () => sessionStorage.getItem(TOKEN_KEY);
+
+async function api(path, options = {}) {
+  const response = await fetch(path, { ...options, headers: { ...(options.headers || {}), Authorization: `Bearer ${token()}` } });
+  if (response.status === 401) { signOut(); throw new Error("signed out"); }
+  if (!response.ok) {
+    const body = await response.json().catch(() => ({}));
+    throw new Error(typeof body.detail === "string" ? body.detail : `HTTP ${response.status}`);
+  }
+  return response;
+}
+
+const h = (tag, attrs = {}, ...children) => {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (value !== undefined && value !== null) node.setAttribute(key, value);
+  }
+  node.append(...children.flat().map((child) => (child instanceof Node ? child : document.createTextNode(String(child ?? "")))));
+  return node;
+};
+const stateBadge = (state) => h("span", { class: `state ${state}` }, state);
+const fmt = (value, digits = 4) => (Number.isFinite(value) ? value.toFixed(digits) : "–");
+function age(iso) {
+  const seconds = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
+  if (seconds < 90) return `${Math.round(seconds)}s`;
+  if (seconds < 5400) return `${Math.round(seconds / 60)}m`;
+  if (seconds < 172800) return `${Math.round(seconds / 3600)}h`;
+  return `${Math.round(seconds / 86400)}d`;
+}
+
+// ---- sign-in -------------------------------------------------------------------------------
+
+function showSignIn() {
+  stopView();
+  const form = h("form", { id: "sign-in" },
+    h("h1", {}, "Sign in"),
+    h("p", {}, "Paste an API token (from ", h("code", {}, "trainjobs token create"), "). It is kept in this tab's session storage only."),
+    h("input", { id: "token", type: "password", autocomplete: "off", placeholder: "tj_...", required: "" }),
+    h("button", { type: "submit", id: "sign-in-button" }, "Sign in"),
+    h("p", { id: "sign-in-error", class: "error" }));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const candidate = form.querySelector("#token").value.trim();
+    const response = await fetch("/v1/jobs?limit=1", { headers: { Authorization: `Bearer ${candidate}` } });
+    if (!response.ok) { form.querySelector("#sign-in-error").textContent = "That token is not valid."; return; }
+    sessionStorage.setItem(TOKEN_KEY, candidate);
+    route();
+  });
+  view.replaceChildren(form);
+  document.getElementById("sign-out").hidden = true;
+}
+
+function signOut() {
+  sessionStorage.removeItem(TOKEN_KEY);
+  showSignIn();
+}
+document.getElementById("sign-out").addEventListener("click", signOut);
+
+// ---- jobs and workers ----------------------------------------------------------------------
+
+function showJobs() {
+  const filter = h("select", { id: "state-filter" },
+    ["", "queued", "running", "cancelling", "succeeded", "failed", "cancelled"].map((state) => h("option", { value: state }, state || "all states")));
+  filter.value = sessionStorage.getItem("trainjobs-filter") || "";
+  const jobsBody = h("tbody", { id: "jobs" });
+  const workersBody = h("tbody", { id: "workers" });
+  const error = h("p", { class: "error" });
+  view.replaceChildren(
+    h("h1", {}, "Jobs"),
+    h("div", { class: "toolbar" }, h("label", {}, "Show ", filter)),
+    h("table", {}, h("thead", {}, h("tr", {}, ["name", "id", "owner", "model", "state", "epoch", "last loss", "age", "worker"].map((t) => h("th", {}, t)))), jobsBody),
+    h("h2", {}, "Workers"),
+    h("table", {}, h("thead", {}, h("tr", {}, ["host", "device", "busy / slots", "jobs", "last seen"].map((t) => h("th", {}, t)))), workersBody),
+    error);
+  filter.addEventListener("change", () => { sessionStorage.setItem("trainjobs-filter", filter.value); refresh(); });
+
+  async function refresh() {
+    try {
+      const query = filter.value ? `&state=${filter.value}` : "";
+      const jobs = (await (await api(`/v1/jobs?limit=100${query}`)).json()).items;
+      jobsBody.replaceChildren(...jobs.map((job) => h("tr", { class: "job-row", "data-job": job.id, onclick: () => { location.hash = `#/jobs/${job.id}`; } },
+        h("td", {}, job.name || "–"), h("td", { class: "muted" }, job.id), h("td", {}, job.owner), h("td", {}, job.spec.model.name),
+        h("td", {}, stateBadge(job.state)), h("td", {}, `${job.epoch}/${job.spec.epochs}`),
+        h("td", {}, job.metrics ? fmt(job.metrics.train_loss) : "–"), h("td", {}, age(job.created_at)), h("td", {}, job.worker || "–"))));
+      const workers = (await (await api("/v1/workers")).json()).items;
+      workersBody.replaceChildren(...workers.map((worker) => h("tr", {},
+        h("td", {}, worker.hostname), h("td", {}, worker.device), h("td", {}, `${worker.busy} / ${worker.slots}`),
+        h("td", {}, worker.jobs.join(", ") || "–"), h("td", {}, worker.lost ? "lost" : `${age(worker.last_seen)} ago`))));
+      error.textContent = "";
+    } catch (problem) { error.textContent = problem.message; }
+  }
+  refresh();
+  const timer = setInterval(refresh, 2000);
+  return () => clearInterval(timer);
+}
+
+// ---- one job -------------------------------------------------------------------------------
+
+function showJob(jobId) {
+  const aborter = new AbortController();
+  let job = null;
+  const metrics = [];
+  const checkpoints = new Map();
+  const header = h("div", { id: "job-header" });
+  const chart = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  chart.setAttribute("class", "chart");
+  chart.id = "loss-chart";
+  const checkpointsBody = h("tbody", { id: "checkpoints" });
+  const logs = h("pre", { id: "logs" });
+  const spec = h("pre", { id: "spec" });
+  const error = h("p", { class: "error", id: "page-error" });
+  view.replaceChildren(
+    h("p", {}, h("a", { href: "#/" }, "← all jobs")), header,
+    h("div", { class: "grid" },
+      h("div", { class: "card" }, h("h2", {}, "Loss and learning rate"),
+        h("div", { class: "legend" }, h("span", {}, h("i", { style: "background:var(--blue)" }), "train loss"),
+          h("span", {}, h("i", { style: "background:var(--orange)" }), "validation loss"), h("span", {}, h("i", { style: "background:#9aa3b5" }), "lr (right axis)")),
+        chart),
+      h("div", { class: "card" }, h("h2", {}, "Checkpoints"),
+        h("table", {}, h("thead", {}, h("tr", {}, ["epoch", "size", "best", ""].map((t) => h("th", {}, t)))), checkpointsBody))),
+    h("h2", {}, "Log tail"), logs, h("h2", {}, "Spec"), spec, error);
+
+  function renderHeader() {
+    const canCancel = job && !TERMINAL.has(job.state) && job.state !== "cancelling";
+    header.replaceChildren(
+      h("h1", {}, job.name || job.id, " ", stateBadge(job.state)),
+      h("dl", {},
+        h("dt", {}, "id"), h("dd", {}, job.id), h("dt", {}, "owner"), h("dd", {}, job.owner),
+        h("dt", {}, "epoch"), h("dd", { id: "job-epoch" }, `${job.epoch} of ${job.spec.epochs}`),
+        h("dt", {}, "model / data"), h("dd", {}, `${job.spec.model.name} on ${job.spec.data.name}, ${job.effective.world_size} ${job.spec.device} rank(s)`),
+        h("dt", {}, "worker"), h("dd", {}, `${job.worker || "–"} (attempt ${job.attempt})`),
+        h("dt", {}, "stop reason"), h("dd", {}, job.stop_reason || "–"),
+        job.waiting_reason ? [h("dt", {}, "waiting"), h("dd", {}, job.waiting_reason)] : []),
+      job.error ? h("p", { class: "error", id: "job-error" }, job.error) : "",
+      h("div", { class: "toolbar" }, canCancel ? h("button", { class: "danger", id: "cancel", onclick: cancel }, "Cancel job") : ""));
+    spec.textContent = JSON.stringify(job.spec, null, 2);
+  }
+
+  function renderCheckpoints() {
+    checkpointsBody.replaceChildren(...[...checkpoints.values()].sort((a, b) => a.epoch - b.epoch).map((checkpoint) => h("tr", {},
+      h("td", {}, checkpoint.epoch), h("td", {}, `${(checkpoint.size_bytes / 1e6).toFixed(2)} MB`), h("td", {}, checkpoint.is_best ? "best" : ""),
+      h("td", {}, h("button", { class: "download", onclick: () => download(checkpoint) }, "download")))));
+  }
+
+  async function download(checkpoint) {
+    const blob = await (await api(`/v1/jobs/${jobId}/checkpoints/${checkpoint.id}`)).blob();
+    const link = h("a", { href: URL.createObjectURL(blob), download: `${checkpoint.id}.pt` });
+    link.click();
+    URL.revokeObjectURL(link.href);
+  }
+
+  async function cancel() {
+    try {
+      job = await (await api(`/v1/jobs/${jobId}/cancel`, { method: "POST" })).json();
+      renderHeader();
+    } catch (problem) { error.textContent = problem.message; }
+  }
+
+  async function refreshLogs() {
+    try { logs.textContent = (await (await api(`/v1/jobs/${jobId}/logs?tail=40`)).text()) || "(no output yet)"; } catch (problem) { /* shown elsewhere */ }
+  }
+
+  function apply(kind, data) {
+    if (kind === "state") { job = data; renderHeader(); }
+    if (kind === "metrics" && !metrics.some((row) => row.epoch === data.epoch)) {
+      metrics.push(data);
+      metrics.sort((a, b) => a.epoch - b.epoch);
+      drawLossChart(chart, metrics);
+      if (job) { job.epoch = Math.max(job.epoch, data.epoch); renderHeader(); }
+    }
+    if (kind === "checkpoint") {
+      if (data.is_best) for (const other of checkpoints.values()) other.is_best = false;
+      checkpoints.set(data.id, data);
+      renderCheckpoints();
+    }
+  }
+
+  async function follow() {
+    // The job, its metrics and checkpoints so far; then every event after, from the stream.
+    try {
+      job = await (await api(`/v1/jobs/${jobId}`)).json();
+      renderHeader();
+      for (const row of (await (await api(`/v1/jobs/${jobId}/metrics`)).json()).items) apply("metrics", row);
+      drawLossChart(chart, metrics);
+      for (const row of (await (await api(`/v1/jobs/${jobId}/checkpoints`)).json()).items) checkpoints.set(row.id, row);
+      renderCheckpoints();
+      await refreshLogs();
+      let lastId = 0;
+      while (!aborter.signal.aborted) {
+        const response = await api(`/v1/jobs/${jobId}/events`, { signal: aborter.signal, headers: lastId ? { "Last-Event-ID": String(lastId) } : {} });
+        const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buffer = "";
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buffer += value;
+          let end;
+          while ((end = buffer.indexOf("\n\n")) >= 0) {
+            const block = buffer.slice(0, end);
+            buffer = buffer.slice(end + 2);
+            const fields = Object.fromEntries(block.split("\n").filter((line) => !line.startsWith(":")).map((line) => [line.slice(0, line.indexOf(":")), line.slice(line.indexOf(":") + 2)]));
+            if (fields.data) { lastId = Number(fields.id); apply(fields.event, JSON.parse(fields.data)); }
+          }
+        }
+        if (job && TERMINAL.has(job.state)) break;
+      }
+      await refreshLogs();
+    } catch (problem) {
+      if (!aborter.signal.aborted) error.textContent = problem.message;
+    }
+  }
+  follow();
+  const logTimer = setInterval(() => { if (job && !TERMINAL.has(job.state)) refreshLogs(); }, 3000);
+  return () => { aborter.abort(); clearInterval(logTimer); };
+}
+
+// ---- routing -------------------------------------------------------------------------------
+
+function route() {
+  stopView();
+  if (!token()) { showSignIn(); return; }
+  document.getElementById("sign-out").hidden = false;
+  const match = location.hash.match(/^#\/jobs\/([\w-]+)$/);
+  stopView = match ? showJob(match[1]) : showJobs();
+}
+window.addEventListener("hashchange", route);
+route();

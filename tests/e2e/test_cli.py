@@ -1,0 +1,67 @@
+"""The `trainjobs` command through its real entry point, against a real stack."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from tests.harness import tiny_wavenet_spec
+
+pytestmark = pytest.mark.e2e
+
+
+def trainjobs(stack, token, *args, timeout=240) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TRAINJOBS_URL=stack.url, TRAINJOBS_TOKEN=token)
+    return subprocess.run(["trainjobs", *args], capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def test_submit_watch_shows_the_epochs_and_exits_0_then_1_for_a_failing_job(stack_on, sqlite_url, tmp_path):
+    stack = stack_on(sqlite_url)
+    token = stack.token("cli")
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(json.dumps(tiny_wavenet_spec(epochs=3)))  # JSON is YAML too
+
+    done = trainjobs(stack, token, "submit", str(spec_file), "--watch")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    job_id = lines[0]
+    assert job_id.startswith("j")
+    for epoch in (1, 2, 3):
+        assert any(f"epoch {epoch}/3" in line for line in lines), done.stdout
+    assert "succeeded" in lines[-1] and "train" in lines[-1] and "samples/s" in lines[-1]
+
+    table = trainjobs(stack, token, "metrics", job_id)
+    assert table.returncode == 0 and len(table.stdout.splitlines()) == 4
+    assert job_id in trainjobs(stack, token, "jobs").stdout
+    logs = trainjobs(stack, token, "logs", job_id, "--tail", "1")
+    assert logs.stdout.splitlines() == ["[rank 0] rank 0 done after epoch 3: completed",
+                                        "[rank 1] rank 1 done after epoch 3: completed"]
+
+    failing = tmp_path / "failing.json"
+    failing.write_text(json.dumps(tiny_wavenet_spec(optimizer={"name": "sgd", "lr": 1e30, "momentum": 0.0})))
+    failed = trainjobs(stack, token, "submit", str(failing), "--watch")
+    assert failed.returncode == 1
+    assert "failed" in failed.stdout and "loss is not finite" in failed.stderr
+
+
+def test_errors_are_one_readable_line(stack_on, sqlite_url, tmp_path):
+    stack = stack_on(sqlite_url)
+    token = stack.token("cli")
+    missing = trainjobs(stack, token, "status", "j0000000000000000")
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == "error: job j0000000000000000 not found (HTTP 404)"
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(tiny_wavenet_spec(gpus=0)))
+    refused = trainjobs(stack, token, "submit", str(bad))
+    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1
+    assert "gpus" in refused.stderr and "Traceback" not in refused.stderr
+
+    unauthorised = trainjobs(stack, "tj_wrong", "jobs")
+    assert unauthorised.returncode == 1 and unauthorised.stderr.strip() == "error: invalid or revoked token (HTTP 401)"
+
+    unreachable = subprocess.run(["trainjobs", "jobs", "--url", "http://127.0.0.1:9", "--token", token],
+                                 capture_output=True, text=True, timeout=60)
+    assert unreachable.returncode == 1 and unreachable.stderr.startswith("error: cannot reach")
+    assert len(unreachable.stderr.strip().splitlines()) == 1

@@ -1,0 +1,82 @@
+"""The dashboard in headless Chromium (Debian's chromium and chromedriver, driven by Selenium):
+sign in, see the job, watch its curve gain a point per epoch, cancel from the page."""
+
+import os
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.harness import tiny_wavenet_spec, wait_for_terminal, wait_until
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+@pytest.fixture
+def browser(tmp_path):
+    assert Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists(), \
+        "Debian's chromium and chromium-driver are needed (scripts/ensure-services browser installs them)"
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1280,1100"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    yield driver
+    driver.quit()
+
+
+def train_points(browser) -> int:
+    return len(browser.find_elements(By.CSS_SELECTOR, "#loss-chart circle.train-point"))
+
+
+def test_sign_in_watch_a_job_s_curve_grow_and_cancel_from_the_page(stack_on, sqlite_url, browser, tmp_path):
+    stack = stack_on(sqlite_url)
+    token = stack.token("alice")
+    client = stack.client(token)
+    job_id = client.post("/v1/jobs", json=tiny_wavenet_spec(name="dashboard-demo", epochs=8)).json()["id"]
+    wait = WebDriverWait(browser, 60, poll_frequency=0.2)
+
+    browser.get(stack.url + "/")
+    token_box = wait.until(lambda b: b.find_element(By.ID, "token"))
+    assert browser.find_elements(By.ID, "jobs") == []  # nothing but the shell before signing in
+    token_box.send_keys(token)
+    browser.find_element(By.ID, "sign-in-button").click()
+
+    row = wait.until(lambda b: b.find_element(By.CSS_SELECTOR, f'tr[data-job="{job_id}"]'))
+    assert "dashboard-demo" in row.text and "wavenet" in row.text
+    row.click()
+
+    # The curve gains points as epochs finish, live, without reloading the page.
+    wait.until(lambda b: train_points(b) >= 1)
+    seen = {train_points(browser)}
+    while client.get(f"/v1/jobs/{job_id}").json()["state"] not in ("succeeded", "failed"):
+        seen.add(train_points(browser))
+        time.sleep(0.2)
+    finished = wait_for_terminal(client, job_id)
+    assert finished["state"] == "succeeded"
+    wait.until(lambda b: train_points(b) == 8 and "succeeded" in b.find_element(By.ID, "job-header").text)
+    assert len(seen) >= 3, f"the curve did not grow point by point: saw {sorted(seen)}"
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#loss-chart circle.val-point")) == 8
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#checkpoints button.download")) == 3
+    wait.until(lambda b: "[rank 0]" in b.find_element(By.ID, "logs").text)
+    browser.save_screenshot(str(tmp_path / "job-page.png"))
+    if os.environ.get("TRAINJOBS_SCREENSHOT_DIR"):
+        shutil.copy(tmp_path / "job-page.png", Path(os.environ["TRAINJOBS_SCREENSHOT_DIR"]) / "dashboard-job.png")
+
+    # Cancel a running job from its page.
+    long_id = client.post("/v1/jobs", json=tiny_wavenet_spec(name="to-cancel", epochs=200)).json()["id"]
+    wait_until(lambda: client.get(f"/v1/jobs/{long_id}").json()["state"] == "running", 60, what="the job to run")
+    browser.get(f"{stack.url}/ui/#/jobs/{long_id}")
+    wait.until(lambda b: b.find_element(By.ID, "cancel")).click()
+    ended = wait_for_terminal(client, long_id, timeout=30)
+    assert (ended["state"], ended["stop_reason"]) == ("cancelled", "cancelled")
+    wait.until(lambda b: "cancelled" in b.find_element(By.ID, "job-header").text)
