@@ -3,6 +3,8 @@
 import json
 import os
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -10,10 +12,13 @@ from tests.harness import tiny_wavenet_spec
 
 pytestmark = pytest.mark.e2e
 
+# The console script the package installs, beside this interpreter.
+TRAINJOBS = str(Path(sys.executable).parent / "trainjobs")
+
 
 def trainjobs(stack, token, *args, timeout=240) -> subprocess.CompletedProcess:
     env = dict(os.environ, TRAINJOBS_URL=stack.url, TRAINJOBS_TOKEN=token)
-    return subprocess.run(["trainjobs", *args], capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run([TRAINJOBS, *args], capture_output=True, text=True, env=env, timeout=timeout)
 
 
 def test_submit_watch_shows_the_epochs_and_exits_0_then_1_for_a_failing_job(stack_on, sqlite_url, tmp_path):
@@ -61,7 +66,21 @@ def test_errors_are_one_readable_line(stack_on, sqlite_url, tmp_path):
     unauthorised = trainjobs(stack, "tj_wrong", "jobs")
     assert unauthorised.returncode == 1 and unauthorised.stderr.strip() == "error: invalid or revoked token (HTTP 401)"
 
-    unreachable = subprocess.run(["trainjobs", "jobs", "--url", "http://127.0.0.1:9", "--token", token],
+    unreachable = subprocess.run([TRAINJOBS, "jobs", "--url", "http://127.0.0.1:9", "--token", token],
                                  capture_output=True, text=True, timeout=60)
     assert unreachable.returncode == 1 and unreachable.stderr.startswith("error: cannot reach")
     assert len(unreachable.stderr.strip().splitlines()) == 1
+
+
+def test_tokens_are_listed_without_their_secret_and_a_revoked_one_is_refused(stack_on, sqlite_url):
+    stack = stack_on(sqlite_url)
+    env = dict(os.environ, TRAINJOBS_DATABASE_URL=sqlite_url, TRAINJOBS_HOME=str(stack.home))
+    created = subprocess.run([TRAINJOBS, "token", "create", "--owner", "mallory"], capture_output=True, text=True,
+                             env=env, check=True).stdout.splitlines()[-1]
+    assert stack.client(created).get("/v1/jobs").status_code == 200
+    listing = subprocess.run([TRAINJOBS, "token", "list"], capture_output=True, text=True, env=env, check=True).stdout
+    assert "mallory" in listing and created not in listing
+    token_id = next(line.split()[0] for line in listing.splitlines() if "mallory" in line)
+    revoked = subprocess.run([TRAINJOBS, "token", "revoke", token_id], capture_output=True, text=True, env=env)
+    assert revoked.returncode == 0 and revoked.stdout.strip() == f"revoked {token_id}"
+    assert stack.client(created).get("/v1/jobs").status_code == 401

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -42,7 +43,10 @@ def test_sign_in_watch_a_job_s_curve_grow_and_cancel_from_the_page(stack_on, sql
     stack = stack_on(sqlite_url)
     token = stack.token("alice")
     client = stack.client(token)
-    job_id = client.post("/v1/jobs", json=tiny_wavenet_spec(name="dashboard-demo", epochs=8)).json()["id"]
+    # Epochs of about a second, so the page is seen growing between them.
+    data = {"name": "synthetic-audio", "params": {"num_samples": 320, "length": 256, "mu": 32}}
+    spec = tiny_wavenet_spec(name="dashboard-demo", epochs=8, data=data)
+    job_id = client.post("/v1/jobs", json=spec).json()["id"]
     wait = WebDriverWait(browser, 60, poll_frequency=0.2)
 
     browser.get(stack.url + "/")
@@ -76,7 +80,9 @@ def test_sign_in_watch_a_job_s_curve_grow_and_cancel_from_the_page(stack_on, sql
     long_id = client.post("/v1/jobs", json=tiny_wavenet_spec(name="to-cancel", epochs=200)).json()["id"]
     wait_until(lambda: client.get(f"/v1/jobs/{long_id}").json()["state"] == "running", 60, what="the job to run")
     browser.get(f"{stack.url}/ui/#/jobs/{long_id}")
-    wait.until(lambda b: b.find_element(By.ID, "cancel")).click()
+    # The header is redrawn as events arrive: find and click in one retried step.
+    clicking = WebDriverWait(browser, 30, poll_frequency=0.2, ignored_exceptions=[StaleElementReferenceException])
+    clicking.until(lambda b: b.find_element(By.ID, "cancel").click() or True)
     ended = wait_for_terminal(client, long_id, timeout=30)
     assert (ended["state"], ended["stop_reason"]) == ("cancelled", "cancelled")
     wait.until(lambda b: "cancelled" in b.find_element(By.ID, "job-header").text)

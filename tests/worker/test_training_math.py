@@ -1,5 +1,6 @@
 """The trainer's techniques, each checked against the math it must equal, on real DDP ranks."""
 
+import math
 
 import pytest
 import torch
@@ -85,3 +86,18 @@ def test_init_from_loads_matching_weights_and_reports_a_new_head(tmp_path):
     body = "layers.1.weight"
     torch.testing.assert_close(tuned.checkpoint(1)["model"][body], source.checkpoint(1)["model"][body])
     assert tuned.checkpoint(1)["model"]["layers.3.weight"].shape == (6, 16)
+
+
+def test_gradient_clipping_bounds_every_step(tmp_path):
+    # Plain SGD: each step moves the weights by lr x (clipped) gradient, so with a clip of c the
+    # whole model moves at most steps x lr x c; unclipped it moves much further.
+    sgd = {"name": "sgd", "lr": 0.1, "momentum": 0.0}
+    start = run_locally(tmp_path, "start", mlp_spec(optimizer={**sgd, "lr": 1e-12})).checkpoint(1)["model"]
+    clipped = run_locally(tmp_path, "clipped", mlp_spec(optimizer=sgd, grad_clip_norm=0.01)).checkpoint(1)["model"]
+    free = run_locally(tmp_path, "free", mlp_spec(optimizer=sgd)).checkpoint(1)["model"]
+
+    def distance(weights):
+        return math.sqrt(sum(float(((weights[key] - start[key]) ** 2).sum()) for key in start))
+
+    assert distance(clipped) <= 8 * 0.1 * 0.01 * (1 + 1e-4)   # 8 steps of at most lr x 0.01
+    assert distance(free) > 10 * distance(clipped)

@@ -167,6 +167,15 @@ function showJob(jobId) {
     } catch (problem) { error.textContent = problem.message; }
   }
 
+  async function refreshCheckpoints() {
+    try {
+      const items = (await (await api(`/v1/jobs/${jobId}/checkpoints`)).json()).items;
+      checkpoints.clear();
+      for (const row of items) checkpoints.set(row.id, row);
+      renderCheckpoints();
+    } catch (problem) { error.textContent = problem.message; }
+  }
+
   async function refreshLogs() {
     try { logs.textContent = (await (await api(`/v1/jobs/${jobId}/logs?tail=40`)).text()) || "(no output yet)"; } catch (problem) { /* shown elsewhere */ }
   }
@@ -179,11 +188,8 @@ function showJob(jobId) {
       drawLossChart(chart, metrics);
       if (job) { job.epoch = Math.max(job.epoch, data.epoch); renderHeader(); }
     }
-    if (kind === "checkpoint") {
-      if (data.is_best) for (const other of checkpoints.values()) other.is_best = false;
-      checkpoints.set(data.id, data);
-      renderCheckpoints();
-    }
+    // Rotation removes old checkpoints, which the stream does not announce: re-read the list.
+    if (kind === "checkpoint") refreshCheckpoints();
   }
 
   async function follow() {
@@ -193,8 +199,7 @@ function showJob(jobId) {
       renderHeader();
       for (const row of (await (await api(`/v1/jobs/${jobId}/metrics`)).json()).items) apply("metrics", row);
       drawLossChart(chart, metrics);
-      for (const row of (await (await api(`/v1/jobs/${jobId}/checkpoints`)).json()).items) checkpoints.set(row.id, row);
-      renderCheckpoints();
+      await refreshCheckpoints();
       await refreshLogs();
       let lastId = 0;
       while (!aborter.signal.aborted) {
