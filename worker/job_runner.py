@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from service import timeline
 from service.db import transaction
 from service.repositories import checkpoints, jobs
-from trainjobs.contract.events import StateChange
+from trainjobs.contract.events import TERMINAL_STATES, StateChange
 from trainjobs.contract.run import RunRequest
 from trainjobs.contract.spec import JobSpec
 from trainjobs.contract.workers import live_workers
@@ -130,15 +130,20 @@ class JobRunner:
             except subprocess.TimeoutExpired:
                 pass
             with transaction(self.sessions) as session:
-                if time.monotonic() >= next_renewal:
-                    state = jobs.renew_lease(session, request.job_id, self.hostname, request.attempt,
-                                             self.settings.lease_seconds)
+                job = jobs.get(session, request.job_id, for_update=True)
+                ours = job is not None and job.lease_owner == self.hostname and job.attempt == request.attempt
+                state = job.state if job is not None else None
+                if ours and time.monotonic() >= next_renewal:
+                    jobs.renew_lease(session, request.job_id, self.hostname, request.attempt,
+                                     self.settings.lease_seconds)
                     next_renewal = time.monotonic() + renew_every
-                else:
-                    job = jobs.get(session, request.job_id)
-                    state = job.state if job and job.lease_owner == self.hostname and job.attempt == request.attempt else None
-            if state is None:
-                log.warning("job %s: lease lost; ending its launcher", request.job_id)
+            if state in TERMINAL_STATES and job.attempt == request.attempt:
+                # The launcher reported the end (and the collector applied it) a moment before
+                # exiting: let it finish.
+                _wait_or_end(launcher, TERMINATE_GRACE_SECONDS)
+                return
+            if not ours:
+                log.warning("job %s: lease lost (taken over or requeued); ending its launcher", request.job_id)
                 _end_process_group(launcher)
                 return
             if state == "cancelling":
@@ -157,6 +162,13 @@ class JobRunner:
         reporter = EventReporter(self.settings.redis_url, self.settings.events_stream, job_id, attempt)
         reporter.send(change)
         reporter.close()
+
+
+def _wait_or_end(launcher: subprocess.Popen, seconds: float) -> None:
+    try:
+        launcher.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        _end_process_group(launcher)
 
 
 def _end_process_group(launcher: subprocess.Popen) -> None:

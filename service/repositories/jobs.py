@@ -65,14 +65,16 @@ def claim(session: Session, job_id: str, worker: str, lease_seconds: float) -> J
     return session.get(JobRow, job_id, populate_existing=True)  # still locked by the UPDATE
 
 
-def renew_lease(session: Session, job_id: str, worker: str, attempt: int, lease_seconds: float) -> str | None:
-    """Extend our lease; return the job's state, or None when the lease is no longer ours (the
-    job was requeued after our lease ran out, or it ended)."""
-    job = session.get(JobRow, job_id, with_for_update=True, populate_existing=True)
-    if job is None or job.lease_owner != worker or job.attempt != attempt or job.state not in ("running", "cancelling"):
-        return None
-    job.lease_expires_at = utcnow() + timedelta(seconds=lease_seconds)
-    return job.state
+def renew_lease(session: Session, job_id: str, worker: str, attempt: int, lease_seconds: float) -> bool:
+    """Extend our lease; False when it is no longer ours (requeued after it ran out, or ended)."""
+    result = session.execute(
+        update(JobRow)
+        .where(JobRow.id == job_id, JobRow.lease_owner == worker, JobRow.attempt == attempt,
+               JobRow.state.in_(("running", "cancelling")))
+        .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds))
+        .execution_options(synchronize_session=False)
+    )
+    return result.rowcount == 1
 
 
 def with_expired_lease(session: Session, now: datetime, limit: int = 100) -> list[JobRow]:

@@ -23,7 +23,11 @@ def make_celery(name: str, redis_url: str, visibility_timeout: int) -> Celery:
         broker_connection_timeout=3,
         # Redis redelivers an unacknowledged message after this long. The job's SQL lease, not
         # the broker, decides who runs it, so a redelivery while a job runs claims nothing.
-        broker_transport_options={"visibility_timeout": visibility_timeout},
+        # It sweeps for such messages every `unacked_restore_interval` s (kombu's default sweep,
+        # 10 s x a throttle of 10, would leave a short timeout unchecked for minutes).
+        broker_transport_options={"visibility_timeout": visibility_timeout,
+                                  "unacked_restore_interval": max(1, min(10, visibility_timeout // 2)),
+                                  "unacked_restore_throttle": 1},
         task_serializer="json",
         accept_content=["json"],
         task_ignore_result=True,
