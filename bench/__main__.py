@@ -67,14 +67,16 @@ def render(results: dict) -> str:
     lines = ["# Benchmarks", "",
              f"Measured {results['date']} on {results['machine']}, by `python -m bench {' '.join(results['ran'])}` "
              f"({results['minutes']} minutes). Figures, not pass/fail: on this shared 2-core machine the same "
-             "run differs by up to about 10% from one try to the next.", ""]
+             "run differs by 10 to 15% from one try to the next.", ""]
     if "overhead" in results:
         lines += ["## 1. Trainer overhead (wavenet, through the whole service vs a plain DDP loop)", "",
                   "Samples/s, median of runs (each the median epoch after the first). Reproduce: `python -m bench overhead`.", "",
                   "| ranks | precision | accumulation | service | plain DDP | ratio |", "|---|---|---|---|---|---|"]
         lines += [f"| {r['ranks']} | {r['precision']} | {r['accumulation']} | {r['service_samples_per_s']} | "
                   f"{r['plain_samples_per_s']} | **{r['ratio']}** |" for r in results["overhead"]]
-        lines += ["", "## 2. Scaling on this 2-core machine (2 ranks / 1 rank, one thread per rank)", "",
+        lines += ["", "## 2. Scaling on this 2-core machine (2 ranks / 1 rank)", "",
+                  "Each rank gets cores / ranks threads: 1 rank runs 2 threads, 2 ranks 1 each; one process per core "
+                  "is more efficient here than two threads in one, hence ratios above 2 in fp32.", "",
                   "| precision | accumulation | service | plain DDP |", "|---|---|---|---|"]
         lines += [f"| {s['precision']} | {s['accumulation']} | {s['service_2_over_1']} | {s['plain_2_over_1']} |"
                   for s in results["scaling"]]
@@ -92,7 +94,10 @@ def render(results: dict) -> str:
                   "|---|---|---|---|---|---|---|---|"]
         lines += [f"| {r['database']} | {r['jobs']:,} | {r['request']} | {r['clients']} | {r['requests_per_s']} | "
                   f"{r['p50']} | {r['p99']} | {r['errors']} |" for r in results["api"]]
-        lines.append("")
+        lines += ["", "Each cell is a 3-second wrk run; wrk, the API (one uvicorn process) and the database share the "
+                  "machine's 2 cores, so at 50 and 200 clients requests queue and p99 approaches the run's length. "
+                  "Compare rows across table sizes: the same request costs about the same with 1,000 and 100,000 jobs "
+                  "(primary-key reads, keyset pages on `(owner, created_at, id)`, no COUNT or OFFSET).", ""]
     if "ingest" in results:
         lines += ["## 5. Metrics ingestion (collector, Redis stream to SQL; `python -m bench ingest`)", "",
                   "| database | events | events/s persisted | report-to-row lag p50 | max |", "|---|---|---|---|---|"]
