@@ -213,8 +213,9 @@ class Stack:
             return False
 
 
-def launchers_of(home: Path) -> list[int]:
-    """PIDs of launcher processes working under this stack's home (their request file is there)."""
+def launchers_matching(text: str) -> list[int]:
+    """PIDs of launcher processes whose command line mentions `text` (a job id, a stack's home:
+    the request file's path holds both)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -223,13 +224,13 @@ def launchers_of(home: Path) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"worker.launcher" in cmdline and any(str(home).encode() in part for part in cmdline):
+        if b"worker.launcher" in cmdline and any(text.encode() in part for part in cmdline):
             found.append(int(entry.name))
     return found
 
 
 def kill_launchers_of(home: Path) -> None:
-    for pid in launchers_of(home):
+    for pid in launchers_matching(str(home)):
         try:
             os.killpg(pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -237,15 +238,8 @@ def kill_launchers_of(home: Path) -> None:
 
 
 def find_launcher(job_id: str) -> int | None:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"worker.launcher" in cmdline and any(job_id.encode() in part for part in cmdline):
-                return int(entry.name)
-    return None
+    found = launchers_matching(job_id)
+    return found[0] if found else None
 
 
 def child_pids(pid: int) -> list[int]:
