@@ -185,7 +185,7 @@ def _token_list(_args) -> None:
     from service.repositories import api_tokens
 
     with transaction(make_session_factory(make_engine(_settings().sql_url))) as session:
-        rows = api_tokens.all(session)
+        rows = api_tokens.list_all(session)
         print(f"{'ID':<18} {'OWNER':<20} {'ADMIN':<6} {'CREATED':<26} REVOKED")
         for row in rows:
             print(f"{row.id:<18} {row.owner:<20} {'yes' if row.is_admin else 'no':<6} "

@@ -20,7 +20,7 @@ def find_active(session: Session, token_sha256: str) -> ApiTokenRow | None:
     ).one_or_none()
 
 
-def all(session: Session) -> list[ApiTokenRow]:
+def list_all(session: Session) -> list[ApiTokenRow]:
     return list(session.scalars(select(ApiTokenRow).order_by(ApiTokenRow.created_at)))
 
 
