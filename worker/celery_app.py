@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 
 from celery import Celery
 
@@ -21,6 +22,8 @@ from worker.job_runner import JobRunner
 
 log = logging.getLogger(__name__)
 
+RETRY_PAUSE_SECONDS = 0.5
+
 
 def create_worker_app(settings: Settings, pool: DevicePool, hostname: str) -> Celery:
     app = make_celery("trainjobs-worker", settings.redis_url, settings.broker_visibility_timeout)
@@ -29,9 +32,13 @@ def create_worker_app(settings: Settings, pool: DevicePool, hostname: str) -> Ce
     @app.task(name=RUN_JOB_TASK, bind=True, max_retries=None)
     def run_job(task, job_id: str) -> None:
         if runner.run(job_id) in ("busy", "elsewhere"):
-            # Not enough devices free here now (or ever, but another live worker has enough):
-            # hand the message back, for us later or for another worker.
-            raise task.retry(countdown=0.5)
+            # Not enough devices free here now (or ever, but another live worker has enough), or
+            # an older job goes first: hand the message back, for us later or another worker.
+            # The pause is taken here, not as a retry countdown: a message with an ETA is held
+            # by the worker that fetched it, and would wait for this worker's threads even while
+            # another worker has devices free.
+            time.sleep(RETRY_PAUSE_SECONDS)
+            raise task.retry(countdown=0)  # 0: published with no ETA, to the back of the queue
 
     return app
 

@@ -58,6 +58,8 @@ class JobRunner:
                 timeline.state_changed(session, job)
                 log.warning("job %s: %s", job_id, job.waiting_reason)
                 return "dropped"
+            if self._an_older_job_goes_first(session, job):
+                return "busy"
         lease = self.pool.lease_devices(needed, job_id)
         if lease is None:
             return "busy"
@@ -80,6 +82,12 @@ class JobRunner:
             return "ran"
         finally:
             self.pool.release(lease)
+
+    def _an_older_job_goes_first(self, session: Session, job) -> bool:
+        """First come, first served: while an older queued job that this worker could hold waits
+        (for free devices here or elsewhere), a younger one does not start here. Without this,
+        a stream of 1-device jobs keeps every worker partly busy and a 2-device job never runs."""
+        return any(older.spec["gpus"] <= self.pool.size for older in jobs.queued_before(session, job))
 
     def _a_live_worker_fits(self, needed: int) -> bool:
         client = redis.Redis.from_url(self.settings.redis_url, socket_timeout=5)

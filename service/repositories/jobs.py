@@ -90,6 +90,15 @@ def queued(session: Session, limit: int = 500) -> list[JobRow]:
     ))
 
 
+def queued_before(session: Session, job: JobRow, limit: int = 200) -> list[JobRow]:
+    """The oldest queued jobs of `job`'s device type submitted before it, oldest first."""
+    return list(session.scalars(
+        select(JobRow).where(JobRow.state == "queued", JobRow.device == job.device,
+                             JobRow.created_at < job.created_at)
+        .order_by(JobRow.created_at).limit(limit)
+    ))
+
+
 def count_by_state(session: Session) -> dict[str, int]:
     rows = session.execute(select(JobRow.state, func.count()).group_by(JobRow.state))
     return {state: count for state, count in rows}

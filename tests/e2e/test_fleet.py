@@ -182,3 +182,22 @@ def test_two_workers_lease_their_own_slots_and_a_job_too_big_for_both_waits(stac
                15, what="the 3-rank job's waiting reason")
     for job_id in [two, *ones, three]:
         client.post(f"/v1/jobs/{job_id}/cancel")
+
+
+def test_jobs_start_in_submission_order_so_a_wide_job_is_not_starved_by_narrow_ones(stack_on, sqlite_url):
+    stack = stack_on(sqlite_url, **FAST_FLEET)
+    client = stack.client(stack.token())
+    first = client.post("/v1/jobs", json=long_job(gpus=1)).json()["id"]
+    wait_until(lambda: job(client, first)["state"] == "running", 60, what="the first job running")
+    wide = client.post("/v1/jobs", json=long_job(gpus=2)).json()["id"]
+    narrow = client.post("/v1/jobs", json=long_job(gpus=1)).json()["id"]
+
+    # One slot is free, and the narrow job would fit it, but the wide job came first.
+    time.sleep(4)
+    assert (job(client, wide)["state"], job(client, narrow)["state"]) == ("queued", "queued")
+
+    client.post(f"/v1/jobs/{first}/cancel")
+    wait_until(lambda: job(client, wide)["state"] == "running", 60, what="the wide job running")
+    assert job(client, narrow)["state"] == "queued"
+    for job_id in [wide, narrow]:
+        client.post(f"/v1/jobs/{job_id}/cancel")
