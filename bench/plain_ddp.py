@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from contextlib import nullcontext
 from datetime import timedelta
@@ -18,6 +19,13 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from trainjobs.contract.spec import JobSpec
 from worker.trainer.catalog import build_datasets, build_model
+
+
+def free_port() -> int:
+    """As a hand-written script does it (the baseline keeps the usual MASTER_PORT rendezvous)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: str) -> None:
@@ -58,8 +66,6 @@ def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: st
 
 def run_plain_ddp(spec: JobSpec, result_path: str) -> list[float]:
     """Samples per second of each epoch, all ranks together."""
-    from worker.launcher import free_port
-
     mp.spawn(_rank, args=(spec.world_size, free_port(), spec.model_dump_json(), result_path),
              nprocs=spec.world_size, join=True)
     with open(result_path) as file:

@@ -20,11 +20,12 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 
+import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from trainjobs.contract.events import StateChange
@@ -37,10 +38,14 @@ log = logging.getLogger("trainjobs.launcher")
 TRACEBACK_LINES = 12
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def rendezvous_store(world_size: int, timeout_seconds: float) -> dist.TCPStore:
+    """The ranks' rendezvous, served by the launcher as torchrun's agent serves it.
+
+    The store binds a port the kernel picks and keeps it. Probing for a free port and handing
+    its number to rank 0 to bind later would race with every other socket on the host (a
+    client's outgoing connection can take that port in between) and fail the job."""
+    return dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
+                         timeout=timedelta(seconds=timeout_seconds))
 
 
 def launch(request: RunRequest, parent_pid: int | None = None) -> StateChange | None:
@@ -48,7 +53,8 @@ def launch(request: RunRequest, parent_pid: int | None = None) -> StateChange | 
     started us (`parent_pid`, when given) is gone."""
     spec = request.spec
     deadline = time.monotonic() + spec.max_runtime_seconds if spec.max_runtime_seconds else None
-    context = mp.spawn(run_rank, args=(request, free_port()), nprocs=spec.world_size, join=False)
+    store = rendezvous_store(spec.world_size, request.process_group_timeout_seconds)
+    context = mp.spawn(run_rank, args=(request, store.port), nprocs=spec.world_size, join=False)
     try:
         while True:
             try:

@@ -18,12 +18,12 @@ import torch.distributed as dist
 from trainjobs.contract.run import RankResult, RunRequest
 
 
-def run_rank(rank: int, request: RunRequest, port: int) -> None:
+def run_rank(rank: int, request: RunRequest, store_port: int) -> None:
     if not request.is_local:
         _redirect_output(request, rank)
     exit_code = 0
     try:
-        stop_reason, epoch = _train(rank, request, port)
+        stop_reason, epoch = _train(rank, request, store_port)
         if rank == 0:
             result = RankResult(stop_reason=stop_reason, epoch=epoch)
             (request.run_path / "result.json").write_text(result.model_dump_json())
@@ -40,7 +40,7 @@ def run_rank(rank: int, request: RunRequest, port: int) -> None:
         os._exit(exit_code)
 
 
-def _train(rank: int, request: RunRequest, port: int) -> tuple[str, int]:
+def _train(rank: int, request: RunRequest, store_port: int) -> tuple[str, int]:
     # Imported here: the spawned interpreter pays for torch only once it is a rank.
     from pathlib import Path
 
@@ -52,7 +52,7 @@ def _train(rank: int, request: RunRequest, port: int) -> tuple[str, int]:
     import torch
 
     spec = request.spec
-    context = init_rank(rank, spec.world_size, port, spec.device, request.process_group_timeout_seconds,
+    context = init_rank(rank, spec.world_size, store_port, spec.device, request.process_group_timeout_seconds,
                         leased_gpus=request.devices)
     print(f"rank {rank} of {spec.world_size} on {context.device} ({torch.get_num_threads()} threads, "
           f"torch {torch.__version__}), job {request.job_id} attempt {request.attempt}", flush=True)

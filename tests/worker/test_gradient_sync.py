@@ -3,16 +3,17 @@
 import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
-from tests.harness import free_port
 from tests.worker.local_training import mlp_spec
 from trainjobs.contract.spec import JobSpec
 from worker.trainer.checkpoints import CheckpointStore
+from worker.launcher import rendezvous_store
 from worker.trainer.distributed import init_rank
 from worker.trainer.trainer import Trainer
 
 
 def test_one_gradient_all_reduce_per_optimizer_step_with_accumulation(tmp_path):
-    rank = init_rank(0, 1, free_port(), "cpu", timeout_seconds=60)
+    store = rendezvous_store(1, timeout_seconds=60)
+    rank = init_rank(0, 1, store.port, "cpu", timeout_seconds=60)
     try:
         # 64 samples in micro-batches of 4: 16 backward passes, in groups of 3,3,3,3,3,1.
         spec = JobSpec.model_validate(mlp_spec(batch_size=4, accumulation_steps=3))

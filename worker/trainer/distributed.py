@@ -21,13 +21,14 @@ class RankContext:
         return self.rank == 0
 
 
-def init_rank(rank: int, world_size: int, port: int, device_kind: str, timeout_seconds: float,
+def init_rank(rank: int, world_size: int, store_port: int, device_kind: str, timeout_seconds: float,
               leased_gpus: list[int] | None = None) -> RankContext:
-    """`leased_gpus`: the GPUs a worker leased to the job (physical ids). With DDP each rank then
+    """`store_port`: the launcher's rendezvous store on this host.
+    `leased_gpus`: the GPUs a worker leased to the job (physical ids). With DDP each rank then
     sees only its own, set before CUDA initialises; DataParallel (one rank) sees them all.
     Without a lease (`trainjobs train`) rank i takes the i-th GPU the shell sees."""
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
+    timeout = timedelta(seconds=timeout_seconds)
+    store = dist.TCPStore("127.0.0.1", store_port, world_size, is_master=False, timeout=timeout)
     if device_kind == "cuda":
         visible, index = gpu_visibility(rank, world_size, leased_gpus)
         if visible is not None:
@@ -38,8 +39,7 @@ def init_rank(rank: int, world_size: int, port: int, device_kind: str, timeout_s
         # Ranks share the host's cores; more threads than cores per rank only thrash.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
         device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=timeout_seconds),
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout,
                             device_id=device if device.type == "cuda" else None)
     return RankContext(rank=rank, world_size=world_size, device=device)
 
