@@ -77,7 +77,7 @@ def test_sign_in_watch_a_job_s_curve_grow_and_cancel_from_the_page(stack_on, sql
         shutil.copy(tmp_path / "job-page.png", Path(os.environ["TRAINJOBS_SCREENSHOT_DIR"]) / "dashboard-job.png")
 
     # Cancel a running job from its page.
-    long_id = client.post("/v1/jobs", json=tiny_wavenet_spec(name="to-cancel", epochs=200)).json()["id"]
+    long_id = client.post("/v1/jobs", json=tiny_wavenet_spec(name="to-cancel", epochs=10_000)).json()["id"]
     wait_until(lambda: client.get(f"/v1/jobs/{long_id}").json()["state"] == "running", 60, what="the job to run")
     browser.get(f"{stack.url}/ui/#/jobs/{long_id}")
     # The header is redrawn as events arrive: find and click in one retried step.

@@ -19,7 +19,9 @@ FAST_FLEET = {"TRAINJOBS_HEARTBEAT_SECONDS": "1", "TRAINJOBS_WORKER_LOST_SECONDS
 
 
 def long_job(**overrides) -> dict:
-    return tiny_wavenet_spec(epochs=60, **overrides)
+    """A job that outlasts any test (an epoch of the tiny model can take well under 0.1 s here):
+    the test ends it."""
+    return tiny_wavenet_spec(epochs=10_000, **overrides)
 
 
 def job(client, job_id: str) -> dict:

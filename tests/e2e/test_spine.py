@@ -50,7 +50,7 @@ def test_a_wavenet_job_on_two_cpu_ranks_trains_reports_and_checkpoints(stack_on,
 def test_a_rank_killed_mid_job_fails_the_job_naming_the_rank_and_no_rank_survives(stack_on, sqlite_url):
     stack = stack_on(sqlite_url)
     client = stack.client(stack.token("alice"))
-    spec = tiny_wavenet_spec(epochs=50)
+    spec = tiny_wavenet_spec(epochs=10_000)  # ends only when a rank is killed
     job_id = client.post("/v1/jobs", json=spec).json()["id"]
     wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["epoch"] >= 1, 120, what="the first epoch")
     ranks = rank_pids(job_id)
