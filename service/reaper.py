@@ -34,7 +34,8 @@ def requeue_lost_jobs(sessions: sessionmaker[Session], max_attempts: int) -> lis
             elif job.attempt >= max_attempts:
                 jobs.touch(job, state="failed", stop_reason="error", finished_at=utcnow(),
                            lease_owner=None, lease_expires_at=None,
-                           error=f"worker {lost} was lost; gave up after {job.attempt} attempts")
+                           error=f"worker {lost} was lost; gave up after {job.attempt} "
+                                 f"attempt{'s' if job.attempt > 1 else ''}")
             else:
                 jobs.touch(job, state="queued", attempt=job.attempt + 1, worker=None, lease_owner=None,
                            lease_expires_at=None, waiting_reason=f"requeued: worker {lost} was lost")

@@ -1,6 +1,7 @@
 """The `trainjobs` command through its real entry point, against a real stack."""
 
 import json
+from collections import Counter
 import os
 import subprocess
 import sys
@@ -84,3 +85,17 @@ def test_tokens_are_listed_without_their_secret_and_a_revoked_one_is_refused(sta
     revoked = subprocess.run([TRAINJOBS, "token", "revoke", token_id], capture_output=True, text=True, env=env)
     assert revoked.returncode == 0 and revoked.stdout.strip() == f"revoked {token_id}"
     assert stack.client(created).get("/v1/jobs").status_code == 401
+
+
+def test_logs_follow_prints_each_line_once_and_exits_when_the_job_ends(stack_on, sqlite_url):
+    stack = stack_on(sqlite_url)
+    token = stack.token("cli")
+    client = stack.client(token)
+    job_id = client.post("/v1/jobs", json=tiny_wavenet_spec(epochs=4)).json()["id"]
+
+    followed = trainjobs(stack, token, "logs", job_id, "-f")  # returns only once the job has ended
+    assert followed.returncode == 0, followed.stderr
+    assert client.get(f"/v1/jobs/{job_id}").json()["state"] == "succeeded"
+    final = trainjobs(stack, token, "logs", job_id).stdout.splitlines()
+    assert Counter(followed.stdout.splitlines()) == Counter(final)
+    assert "[rank 1] rank 1 done after epoch 4: completed" in final
