@@ -282,6 +282,11 @@ def wait_for_terminal(client: httpx.Client, job_id: str, timeout: float = 180) -
     return wait_until(terminal, timeout, interval=0.5, what=f"job {job_id} to end")
 
 
+# Data for the tiny wavenet that makes an epoch last about half a second on 2 cpu ranks here (the
+# default data: about 0.05 s), for tests that must act while a job is between epochs.
+HALF_SECOND_EPOCHS = {"name": "synthetic-audio", "params": {"num_samples": 1024, "length": 256, "mu": 32}}
+
+
 def tiny_wavenet_spec(**overrides) -> dict:
     spec = {
         "name": "tiny-wavenet",

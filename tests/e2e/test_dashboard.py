@@ -43,8 +43,8 @@ def test_sign_in_watch_a_job_s_curve_grow_and_cancel_from_the_page(stack_on, sql
     stack = stack_on(sqlite_url)
     token = stack.token("alice")
     client = stack.client(token)
-    # Epochs of about a second, so the page is seen growing between them.
-    data = {"name": "synthetic-audio", "params": {"num_samples": 320, "length": 256, "mu": 32}}
+    # Epochs of about a second (0.15 s per 320 samples on 2 cores), so the page is seen growing.
+    data = {"name": "synthetic-audio", "params": {"num_samples": 2048, "length": 256, "mu": 32}}
     spec = tiny_wavenet_spec(name="dashboard-demo", epochs=8, data=data)
     job_id = client.post("/v1/jobs", json=spec).json()["id"]
     wait = WebDriverWait(browser, 60, poll_frequency=0.2)

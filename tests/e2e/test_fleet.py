@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.harness import (
-    PrivateRedis, find_launcher, pid_alive, rank_pids, tiny_wavenet_spec, wait_for_terminal, wait_until,
+    HALF_SECOND_EPOCHS, PrivateRedis, find_launcher, pid_alive, rank_pids, tiny_wavenet_spec, wait_for_terminal, wait_until,
 )
 
 pytestmark = pytest.mark.e2e
@@ -65,7 +65,7 @@ def test_cancel_ends_every_rank_of_a_running_job_within_10_seconds(stack_on, sql
 def test_a_lost_worker_s_job_resumes_elsewhere_from_its_checkpoint_with_each_epoch_once(stack_on, sqlite_url, tmp_path):
     stack = stack_on(sqlite_url, TRAINJOBS_LEASE_SECONDS="3", **FAST_FLEET)
     client = stack.client(stack.token())
-    spec = tiny_wavenet_spec(epochs=8, optimizer={"name": "adamw", "lr": 0.01})
+    spec = tiny_wavenet_spec(epochs=8, data=HALF_SECOND_EPOCHS, optimizer={"name": "adamw", "lr": 0.01})
     job_id = client.post("/v1/jobs", json=spec).json()["id"]
     wait_until(lambda: job(client, job_id)["epoch"] >= 3, 120, what="three epochs")
 
@@ -135,7 +135,7 @@ def assert_same_final_weights(client, first_id: str, second_id: str, tmp_path) -
 def test_a_job_longer_than_the_broker_visibility_timeout_runs_once(stack_on, sqlite_url):
     stack = stack_on(sqlite_url, TRAINJOBS_BROKER_VISIBILITY_TIMEOUT="2")
     client = stack.client(stack.token())
-    job_id = client.post("/v1/jobs", json=tiny_wavenet_spec(epochs=12)).json()["id"]
+    job_id = client.post("/v1/jobs", json=tiny_wavenet_spec(epochs=12, data=HALF_SECOND_EPOCHS)).json()["id"]
     ended = wait_for_terminal(client, job_id, timeout=240)
     assert (ended["state"], ended["attempt"]) == ("succeeded", 1)
     assert [row["epoch"] for row in client.get(f"/v1/jobs/{job_id}/metrics").json()["items"]] == list(range(1, 13))
@@ -174,7 +174,7 @@ def test_nothing_is_lost_when_redis_restarts_mid_job(stack_on, sqlite_url, tmp_p
     try:
         stack = stack_on(sqlite_url, redis_url=broker.url)
         client = stack.client(stack.token())
-        job_id = client.post("/v1/jobs", json=tiny_wavenet_spec(epochs=10)).json()["id"]
+        job_id = client.post("/v1/jobs", json=tiny_wavenet_spec(epochs=10, data=HALF_SECOND_EPOCHS)).json()["id"]
         wait_until(lambda: job(client, job_id)["epoch"] >= 2, 120, what="two epochs")
         broker.stop()       # SIGTERM: Redis flushes its append-only file
         time.sleep(3)

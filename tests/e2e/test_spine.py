@@ -8,7 +8,7 @@ import pytest
 import redis
 import torch
 
-from tests.harness import REDIS_URL, pid_alive, rank_pids, tiny_wavenet_spec, wait_for_terminal, wait_until
+from tests.harness import HALF_SECOND_EPOCHS, REDIS_URL, pid_alive, rank_pids, tiny_wavenet_spec, wait_for_terminal, wait_until
 from trainjobs.contract.events import JobEvent
 from trainjobs.contract.spec import JobSpec
 from worker.trainer.catalog import build_model
@@ -66,7 +66,7 @@ def test_a_rank_killed_mid_job_fails_the_job_naming_the_rank_and_no_rank_survive
 def test_metrics_are_complete_and_once_after_the_api_is_killed_mid_job(stack_on, sqlite_url):
     stack = stack_on(sqlite_url)
     client = stack.client(stack.token("alice"))
-    spec = tiny_wavenet_spec(epochs=6, data={"name": "synthetic-audio", "params": {"num_samples": 128, "length": 256, "mu": 32}})
+    spec = tiny_wavenet_spec(epochs=6, data=HALF_SECOND_EPOCHS)
     job_id = client.post("/v1/jobs", json=spec).json()["id"]
     wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["epoch"] >= 1, 120, what="the first epoch")
 
