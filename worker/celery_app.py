@@ -27,13 +27,25 @@ RETRY_PAUSE_SECONDS = 0.5
 
 def create_worker_app(settings: Settings, pool: DevicePool, hostname: str) -> Celery:
     app = make_celery("trainjobs-worker", settings.redis_url, settings.broker_visibility_timeout)
-    runner = JobRunner(settings, make_session_factory(make_engine(settings.sql_url)), pool, hostname)
+    queue = queue_for(settings.namespace, pool.kind)
+
+    def send_again(job_id: str) -> None:
+        app.send_task(RUN_JOB_TASK, args=[job_id], queue=queue)
+
+    runner = JobRunner(settings, make_session_factory(make_engine(settings.sql_url)), pool, hostname, send_again)
 
     @app.task(name=RUN_JOB_TASK, bind=True, max_retries=None)
     def run_job(task, job_id: str) -> None:
-        if runner.run(job_id) in ("busy", "elsewhere"):
-            # Not enough devices free here now (or ever, but another live worker has enough), or
-            # an older job goes first: hand the message back, for us later or another worker.
+        try:
+            outcome = runner.run(job_id)
+        except Exception:
+            # Celery acknowledges a task that raised: the job would keep no message and stay
+            # queued for ever. Put it back instead (a job already claimed drops it).
+            log.exception("job %s: running its message failed; it goes back to the queue", job_id)
+            outcome = "busy"
+        if outcome in ("busy", "elsewhere"):
+            # Not enough devices free here now for the job first in line (or ever, but another
+            # live worker has enough): hand the message back, for us later or another worker.
             # The pause is taken here, not as a retry countdown: a message with an ETA is held
             # by the worker that fetched it, and would wait for this worker's threads even while
             # another worker has devices free.

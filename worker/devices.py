@@ -38,9 +38,10 @@ class DevicePool:
             return sorted(self._leases)
 
     def lease_devices(self, count: int, job_id: str) -> DeviceLease | None:
-        """Take `count` free devices for a job, or None when fewer are free now."""
+        """Take `count` free devices for a job, or None when fewer are free now or the job holds
+        a lease here already (another message for it is being handled at this moment)."""
         with self._lock:
-            if count > len(self._free):
+            if count > len(self._free) or job_id in self._leases:
                 return None
             taken, self._free = self._free[:count], self._free[count:]
             lease = DeviceLease(self.kind, tuple(taken), job_id)

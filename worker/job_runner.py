@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 import redis
 from sqlalchemy.orm import Session, sessionmaker
@@ -31,14 +32,25 @@ TERMINATE_GRACE_SECONDS = 5.0
 
 
 class JobRunner:
-    def __init__(self, settings: Settings, sessions: sessionmaker[Session], pool: DevicePool, hostname: str):
+    def __init__(self, settings: Settings, sessions: sessionmaker[Session], pool: DevicePool, hostname: str,
+                 send_again: Callable[[str], None]):
         self.settings = settings
         self.sessions = sessions
         self.pool = pool
         self.hostname = hostname
+        self.send_again = send_again  # publishes a new run message for a job id
 
     def run(self, job_id: str) -> str:
-        """What happened: "ran", "dropped", or "busy" / "elsewhere" (hand the message back)."""
+        """What happened: "ran", "dropped", or "busy" / "elsewhere" (hand the message back).
+
+        First come, first served: the job run is the oldest queued job of this device type that
+        this worker could hold, which is the message's own job unless an older one waits. While
+        that one does not fit the free devices, nothing younger starts here. So a message is a
+        wake-up more than an order: without this, a stream of 1-device jobs keeps every worker
+        partly busy and a 2-device job never runs; and a rule that only refused younger jobs
+        could leave the older job's message cycling through a full worker while an idle one
+        refuses everything else.
+        """
         with transaction(self.sessions) as session:
             job = jobs.get(session, job_id)
             if job is None:
@@ -48,26 +60,21 @@ class JobRunner:
                 log.info("message for job %s dropped: it is %s", job_id, job.state)
                 return "dropped"
             # DataParallel runs one process but drives all `gpus` devices: lease them all.
-            needed = job.spec["gpus"]
-            if needed > self.pool.size:
-                if self._a_live_worker_fits(needed):
-                    return "elsewhere"
-                job = jobs.get(session, job_id, for_update=True)
-                jobs.touch(job, waiting_reason=f"needs {needed} {self.pool.kind} devices; no live worker has that many "
-                                               f"(this one, {self.hostname}, has {self.pool.size})")
-                timeline.state_changed(session, job)
-                log.warning("job %s: %s", job_id, job.waiting_reason)
-                return "dropped"
-            if self._an_older_job_goes_first(session, job):
-                return "busy"
-        lease = self.pool.lease_devices(needed, job_id)
+            if job.spec["gpus"] > self.pool.size:
+                return self._too_big_for_this_worker(session, job)
+            first = self._first_in_line(session, job)
+            first_id, needed = first.id, first.spec["gpus"]
+        lease = self.pool.lease_devices(needed, first_id)
         if lease is None:
             return "busy"
         try:
+            if first_id != job_id:
+                log.info("job %s goes before job %s (older); job %s gets a new message", first_id, job_id, job_id)
+                self.send_again(job_id)
             with transaction(self.sessions) as session:
-                job = jobs.claim(session, job_id, self.hostname, self.settings.lease_seconds)
+                job = jobs.claim(session, first_id, self.hostname, self.settings.lease_seconds)
                 if job is None:
-                    log.info("job %s was claimed elsewhere; message dropped", job_id)
+                    log.info("job %s was claimed elsewhere; message dropped", first_id)
                     return "dropped"
                 timeline.state_changed(session, job)
                 attempt = job.attempt
@@ -76,18 +83,28 @@ class JobRunner:
                 except LookupError as error:
                     request, missing = None, str(error)
             if request is None:
-                self._report(job_id, attempt, StateChange(state="failed", stop_reason="error", error=missing))
+                self._report(first_id, attempt, StateChange(state="failed", stop_reason="error", error=missing))
                 return "ran"
             self._launch_and_watch(request)
             return "ran"
         finally:
             self.pool.release(lease)
 
-    def _an_older_job_goes_first(self, session: Session, job) -> bool:
-        """First come, first served: while an older queued job that this worker could hold waits
-        (for free devices here or elsewhere), a younger one does not start here. Without this,
-        a stream of 1-device jobs keeps every worker partly busy and a 2-device job never runs."""
-        return any(older.spec["gpus"] <= self.pool.size for older in jobs.queued_before(session, job))
+    def _first_in_line(self, session: Session, job):
+        """The oldest queued job of this device type that this worker could ever hold."""
+        older = (older for older in jobs.queued_before(session, job) if older.spec["gpus"] <= self.pool.size)
+        return next(older, job)
+
+    def _too_big_for_this_worker(self, session: Session, job) -> str:
+        needed = job.spec["gpus"]
+        if self._a_live_worker_fits(needed):
+            return "elsewhere"
+        job = jobs.get(session, job.id, for_update=True)
+        jobs.touch(job, waiting_reason=f"needs {needed} {self.pool.kind} devices; no live worker has that many "
+                                       f"(this one, {self.hostname}, has {self.pool.size})")
+        timeline.state_changed(session, job)
+        log.warning("job %s: %s", job.id, job.waiting_reason)
+        return "dropped"
 
     def _a_live_worker_fits(self, needed: int) -> bool:
         client = redis.Redis.from_url(self.settings.redis_url, socket_timeout=5)

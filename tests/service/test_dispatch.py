@@ -50,8 +50,10 @@ def test_a_job_submitted_while_redis_is_down_is_dispatched_once_it_is_back(tmp_p
 
 def test_a_message_for_a_job_without_a_row_is_dropped_with_a_log_line(tmp_path, sqlite_url, caplog):
     settings = Settings(home=tmp_path, database_url=sqlite_url)
-    runner = JobRunner(settings, make_session_factory(make_engine(sqlite_url)), DevicePool("cpu", [0, 1]), "w1")
+    sent_again = []
+    runner = JobRunner(settings, make_session_factory(make_engine(sqlite_url)), DevicePool("cpu", [0, 1]), "w1",
+                       sent_again.append)
     with caplog.at_level(logging.WARNING, logger="worker.job_runner"):
         assert runner.run("j-does-not-exist") == "dropped"
     assert "unknown job j-does-not-exist" in caplog.text
-    assert runner.pool.busy == 0
+    assert runner.pool.busy == 0 and sent_again == []

@@ -16,6 +16,15 @@ def test_leases_never_share_a_device_and_release_returns_them():
     assert third is not None and set(third.ids).isdisjoint(second.ids)
 
 
+def test_a_job_leased_here_already_gets_no_second_lease_and_its_first_is_kept():
+    pool = DevicePool("cpu", [0, 1])
+    first = pool.lease_devices(1, "a")
+    assert pool.lease_devices(1, "a") is None  # two messages for one job, handled at once
+    assert pool.busy == 1 and pool.jobs() == ["a"]
+    pool.release(first)
+    assert pool.busy == 0 and pool.jobs() == []
+
+
 def test_concurrent_leases_hand_out_each_device_once():
     pool = DevicePool("cpu", list(range(8)))
     leases, barrier = [], threading.Barrier(8)
