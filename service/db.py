@@ -18,9 +18,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 
-# More connections than the API's worker threads (anyio's default limit is 40): a request thread
-# must never wait for a connection held by a request whose dependency exit is itself waiting for
-# a free thread (FastAPI runs a sync yield-dependency's exit in the thread pool).
+# More connections than the API's request threads (TRAINJOBS_API_THREADS, 8 by default) plus its
+# background loop: a request must never wait for a connection, only for SQL.
 POOL_SIZE, MAX_OVERFLOW = 20, 30
 
 

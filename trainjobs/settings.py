@@ -36,6 +36,10 @@ class Settings(BaseSettings):
 
     # API.
     max_request_bytes: int = Field(1024 * 1024, ge=1024)
+    api_threads: int = Field(8, ge=1, le=256, description=(
+        "threads that run the API's (sync) request handlers. Few beat many: handlers are short and "
+        "hold the GIL, and on 2 cores 40 threads (anyio's default) served half the requests per "
+        "second of 2 to 8 under 50 clients, with p99 three times longer (BENCHMARKS.md)"))
     run_background: bool = Field(True, description="run the collector and sweeper inside the API process")
 
     @field_validator("database_url")

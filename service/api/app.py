@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from contextlib import asynccontextmanager
 
+import anyio.to_thread
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
@@ -33,6 +34,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
+        # The limiter belongs to the running event loop, so it is set here, not at import.
+        anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
         loop = BackgroundLoop(settings, sessions, state.dispatcher) if settings.run_background else None
         if loop:
             loop.start()
