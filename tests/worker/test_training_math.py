@@ -19,22 +19,26 @@ def test_two_ranks_of_batch_b_end_with_the_weights_of_one_rank_of_batch_2b(tmp_p
     assert moved.abs().max() > 1e-3
 
 
-def test_accumulating_3_micro_batches_of_b_equals_one_batch_of_3b_with_a_trailing_partial_group(tmp_path):
-    # 64 samples: 16 micro-batches of 4 make groups 3,3,3,3,3,1; batches of 12 make 12 x5 + 4.
-    accumulated = run_locally(tmp_path, "accumulated", mlp_spec(batch_size=4, accumulation_steps=3))
-    large = run_locally(tmp_path, "large", mlp_spec(batch_size=12))
+@pytest.mark.parametrize("steps, optimizer_steps", [(4, 4), (3, 6)], ids=["4-even", "3-trailing-partial"])
+def test_accumulating_k_micro_batches_of_b_equals_one_batch_of_kb(tmp_path, steps, optimizer_steps):
+    # 64 samples in 16 micro-batches of 4. With k=4: four groups of 4, as four batches of 16.
+    # With k=3: groups 3,3,3,3,3,1, as five batches of 12 and one of 4 (the trailing partial group).
+    accumulated = run_locally(tmp_path, "accumulated", mlp_spec(batch_size=4, accumulation_steps=steps))
+    large = run_locally(tmp_path, "large", mlp_spec(batch_size=4 * steps))
     assert accumulated.outcome.state == large.outcome.state == "succeeded"
     assert_same_weights(accumulated.checkpoint(1)["model"], large.checkpoint(1)["model"])
-    assert accumulated.checkpoint(1)["scheduler"]["last_epoch"] == large.checkpoint(1)["scheduler"]["last_epoch"] == 6
+    assert (accumulated.checkpoint(1)["scheduler"]["last_epoch"] == large.checkpoint(1)["scheduler"]["last_epoch"]
+            == optimizer_steps)
 
 
 def test_four_epochs_equal_two_then_a_resume_for_two_more(tmp_path):
     spec = mlp_spec(gpus=2, batch_size=4, epochs=4, optimizer={"name": "adamw", "lr": 0.01},
                     scheduler={"name": "cosine", "warmup_epochs": 1})
     straight = run_locally(tmp_path, "straight", spec)
-    first_half = run_locally(tmp_path, "first-half", {**spec, "epochs": 4}, )
+    # A second run of the same spec stands for one interrupted after epoch 2: its epoch-2
+    # checkpoint is what the interrupted run would have left (the cosine spans all 4 epochs).
+    first_half = run_locally(tmp_path, "first-half", spec)
     assert straight.outcome.state == "succeeded" and first_half.outcome.state == "succeeded"
-    # Resume from epoch 2 of a run of the same spec.
     resumed = run_locally(tmp_path, "first-half", spec, resume_path="first-half/first-half-e0002.pt")
     assert resumed.outcome.state == "succeeded"
     assert_same_weights(straight.checkpoint(4)["model"], resumed.checkpoint(4)["model"], rtol=0)

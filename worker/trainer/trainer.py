@@ -198,7 +198,8 @@ class Trainer:
             "epochs_without_improvement": self.epochs_without_improvement,
             "kept_checkpoints": [record.model_dump(mode="json") for record in self.kept],
             "best_checkpoint_id": self.best_checkpoint_id,
-            "rng": {"torch": torch.get_rng_state()},
+            "rng": {"torch": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state(self.rank.device) if self.rank.device.type == "cuda" else None},
             "spec": self.spec.model_dump(mode="json"),
         }
 
@@ -219,6 +220,8 @@ class Trainer:
         best = state["best_checkpoint_id"]
         self.best_checkpoint_id = best if best and best.startswith(own) else None
         torch.set_rng_state(state["rng"]["torch"])
+        if state["rng"].get("cuda") is not None and self.rank.device.type == "cuda":
+            torch.cuda.set_rng_state(state["rng"]["cuda"], self.rank.device)
 
     # ---- small rules ---------------------------------------------------------------------------
 
