@@ -84,9 +84,26 @@ def with_expired_lease(session: Session, now: datetime, limit: int = 100) -> lis
     ))
 
 
-def queued(session: Session, limit: int = 500) -> list[JobRow]:
+def _devices_needed():
+    # DataParallel runs one rank but drives every GPU it asks for: what a job needs is `gpus`.
+    return JobRow.spec["gpus"].as_integer()
+
+
+def queued_demand(session: Session) -> list[tuple[str, int]]:
+    """The distinct (device type, devices needed) among queued jobs: a handful of pairs, however
+    long the queue."""
+    return [(device, needed) for device, needed in session.execute(
+        select(JobRow.device, _devices_needed()).where(JobRow.state == "queued").distinct())]
+
+
+def queued_with_other_reason(session: Session, device: str, needed: int, reason: str | None,
+                             limit: int) -> list[JobRow]:
+    """Queued jobs of one (device, needed) pair whose waiting reason is not `reason`, oldest
+    first, locked (rows another transaction holds are left for the next pass)."""
     return list(session.scalars(
-        select(JobRow).where(JobRow.state == "queued").order_by(JobRow.created_at).limit(limit)
+        select(JobRow).where(JobRow.state == "queued", JobRow.device == device, _devices_needed() == needed,
+                             JobRow.waiting_reason.is_distinct_from(reason))
+        .order_by(JobRow.created_at).limit(limit).with_for_update(skip_locked=True)
     ))
 
 

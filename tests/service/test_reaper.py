@@ -1,0 +1,77 @@
+"""Waiting reasons on real SQL (SQLite and PostgreSQL): every queued job gets the reason the
+fleet implies, and a pass over an unchanged fleet changes nothing."""
+
+import time
+
+from sqlalchemy import func, select
+
+from service.auth import Principal
+from service.db import make_engine, make_session_factory, transaction
+from service.jobs import submit
+from service.reaper import explain_waiting_jobs
+from service.tables import DispatchIntentRow, JobEventRow, JobRow
+from tests.harness import tiny_wavenet_spec
+from trainjobs.contract.spec import JobSpec
+from trainjobs.contract.workers import WorkerStatus
+
+
+class NoBroker:
+    """Submit's message goes out after the commit; these tests look at SQL only."""
+
+    def send_committed(self, job_id: str, device: str) -> None:
+        pass
+
+
+def worker(slots: int) -> WorkerStatus:
+    return WorkerStatus(hostname=f"host-{slots}", device="cpu", slots=slots, busy=0, jobs=[], last_seen=time.time())
+
+
+def submit_jobs(sessions, gpus: int, count: int) -> None:
+    spec = JobSpec.model_validate(tiny_wavenet_spec(gpus=gpus))
+    with transaction(sessions) as session:
+        for _ in range(count):
+            submit(session, Principal("alice", False), spec, NoBroker())
+
+
+def reasons(sessions) -> dict[str | None, int]:
+    with transaction(sessions) as session:
+        rows = session.execute(select(JobRow.waiting_reason, func.count()).group_by(JobRow.waiting_reason))
+        return dict(rows.all())
+
+
+def count(sessions, table) -> int:
+    with transaction(sessions) as session:
+        return session.scalar(select(func.count()).select_from(table))
+
+
+def test_every_queued_job_gets_its_reason_however_long_the_queue(database_url):
+    sessions = make_session_factory(make_engine(database_url))
+    submit_jobs(sessions, gpus=3, count=120)
+    submit_jobs(sessions, gpus=1, count=5)
+
+    # Chunks of 50: the 120 three-rank jobs take three transactions, and none is left out.
+    assert explain_waiting_jobs(sessions, [worker(2)], chunk=50) == 120
+    assert reasons(sessions) == {"needs 3 cpu devices; the largest live cpu worker has 2": 120, None: 5}
+
+
+def test_a_pass_over_an_unchanged_fleet_changes_nothing(database_url):
+    sessions = make_session_factory(make_engine(database_url))
+    submit_jobs(sessions, gpus=3, count=10)
+    explain_waiting_jobs(sessions, [worker(2)])
+    events = count(sessions, JobEventRow)
+
+    assert explain_waiting_jobs(sessions, [worker(2)]) == 0
+    assert count(sessions, JobEventRow) == events
+
+
+def test_a_job_that_can_run_again_loses_its_reason_and_is_dispatched_again(database_url):
+    sessions = make_session_factory(make_engine(database_url))
+    submit_jobs(sessions, gpus=3, count=4)
+    with transaction(sessions) as session:
+        session.query(DispatchIntentRow).delete()   # as if every message had gone out
+    assert explain_waiting_jobs(sessions, []) == 4
+    assert reasons(sessions) == {"no live cpu worker": 4}
+
+    assert explain_waiting_jobs(sessions, [worker(4)]) == 4
+    assert reasons(sessions) == {None: 4}
+    assert count(sessions, DispatchIntentRow) == 4
