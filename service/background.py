@@ -52,8 +52,10 @@ class BackgroundLoop:
         # Waiting reasons depend on the fleet: re-read the queue when it changed, else now and then.
         fleet = sorted((worker.device, worker.slots) for worker in workers)
         if fleet != self._last_fleet or time.monotonic() >= self._next_explain:
-            reaper.explain_waiting_jobs(self.sessions, workers)
-            self._last_fleet, self._next_explain = fleet, time.monotonic() + EXPLAIN_EVERY_SECONDS
+            changed = reaper.explain_waiting_jobs(self.sessions, workers)
+            # A full batch means more reasons are due: the next sweep goes on with them.
+            wait = 0.0 if changed >= reaper.EXPLAIN_BATCH else EXPLAIN_EVERY_SECONDS
+            self._last_fleet, self._next_explain = fleet, time.monotonic() + wait
         dispatch.sweep(self.dispatcher, settings.outbox_grace_seconds)
 
     def _run(self) -> None:

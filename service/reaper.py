@@ -46,33 +46,38 @@ def requeue_lost_jobs(sessions: sessionmaker[Session], max_attempts: int) -> lis
     return requeued
 
 
-def explain_waiting_jobs(sessions: sessionmaker[Session], workers: list[WorkerStatus], chunk: int = 500) -> int:
-    """Give every queued job the waiting reason the fleet implies; return how many changed.
+EXPLAIN_BATCH = 500   # the most waiting reasons one pass writes
+
+
+def explain_waiting_jobs(sessions: sessionmaker[Session], workers: list[WorkerStatus],
+                         limit: int = EXPLAIN_BATCH) -> int:
+    """Give queued jobs the waiting reason the fleet implies, at most `limit` of them; return how
+    many changed (`limit` means: call again, more may be due).
 
     The reason depends only on a job's (device type, devices needed), so SQL finds the few such
     pairs and then only the jobs whose reason differs: with the fleet unchanged a pass reads no
-    job at all, however long the queue. Changes are written `chunk` jobs per transaction, so a
-    fleet change that touches a long queue never holds SQL's write lock for long.
+    job at all, however long the queue. A fleet change that touches a long queue is written a
+    batch per pass, so it never holds SQL's write lock (SQLite has one for the whole file) or the
+    background thread (which also runs the collector) for long.
     """
     with transaction(sessions) as session:
         demand = jobs.queued_demand(session)
     changed = 0
     for device, needed in demand:
+        if changed >= limit:
+            break
         reason = waiting_reason(device, needed, workers)
-        while True:
-            with transaction(sessions) as session:
-                stale = jobs.queued_with_other_reason(session, device, needed, reason, limit=chunk)
-                for job in stale:
-                    jobs.touch(job, waiting_reason=reason)
-                    if reason is None and not dispatch_intents.exists(session, job.id):
-                        # It was waiting and a live worker can take it now. The message may have
-                        # been dropped by a worker too small for it: send another (a duplicate
-                        # claims nothing).
-                        dispatch_intents.add(session, job.id, job.device)
-                    timeline.state_changed(session, job)
-            changed += len(stale)
-            if len(stale) < chunk:
-                break
+        with transaction(sessions) as session:
+            stale = jobs.queued_with_other_reason(session, device, needed, reason, limit=limit - changed)
+            for job in stale:
+                jobs.touch(job, waiting_reason=reason)
+                if reason is None and not dispatch_intents.exists(session, job.id):
+                    # It was waiting and a live worker can take it now. The message may have
+                    # been dropped by a worker too small for it: send another (a duplicate
+                    # claims nothing).
+                    dispatch_intents.add(session, job.id, job.device)
+                timeline.state_changed(session, job)
+        changed += len(stale)
     return changed
 
 
