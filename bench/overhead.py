@@ -44,7 +44,7 @@ def service_rates(client, spec: dict) -> list[float]:
 CONFIGURATIONS = list(product((1, 2), ("fp32", "bf16"), (1, 4)))
 
 
-def run(epochs: int = 4, repeats: int = 2, configurations=CONFIGURATIONS) -> dict:
+def run(epochs: int = 5, repeats: int = 3, configurations=CONFIGURATIONS) -> dict:
     rows = []
     with tempfile.TemporaryDirectory() as scratch, sql_database("sqlite", Path(scratch)) as url:
         stack = Stack(Path(scratch) / "stack", url, REDIS_URL).start()
