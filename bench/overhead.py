@@ -4,11 +4,13 @@ worker, launcher, DDP ranks, the trainer) against a plain hand-written DDP loop
 
 Each configuration runs both, `repeats` times, alternating; a run's figure is the median of its
 epochs after the first (warm-up), and the ratio is service / plain of the medians. Scaling is
-samples/s at 2 ranks over 1 rank, for each loop (one thread per rank on 2 cores).
+samples/s at 2 ranks over 1 rank, for each loop. The worker has one cpu slot per core, so each
+rank runs one thread, and the plain loop is given the same.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import tempfile
 from itertools import product
@@ -47,7 +49,9 @@ CONFIGURATIONS = list(product((1, 2), ("fp32", "bf16"), (1, 4)))
 def run(epochs: int = 5, repeats: int = 3, configurations=CONFIGURATIONS) -> dict:
     rows = []
     with tempfile.TemporaryDirectory() as scratch, sql_database("sqlite", Path(scratch)) as url:
-        stack = Stack(Path(scratch) / "stack", url, REDIS_URL).start()
+        slots = max(2, os.cpu_count() or 1)
+        threads = max(1, (os.cpu_count() or 1) // slots)  # what the worker gives each rank
+        stack = Stack(Path(scratch) / "stack", url, REDIS_URL, cpu_slots=slots).start()
         try:
             client = stack.client(stack.token("bench"))
             for ranks, precision, accumulation in configurations:
@@ -55,7 +59,7 @@ def run(epochs: int = 5, repeats: int = 3, configurations=CONFIGURATIONS) -> dic
                 ours, plain = [], []
                 for repeat in range(repeats):
                     ours.append(steady(service_rates(client, spec)))
-                    plain.append(steady(run_plain_ddp(JobSpec.model_validate(spec), f"{scratch}/plain{repeat}.json")))
+                    plain.append(steady(run_plain_ddp(JobSpec.model_validate(spec), f"{scratch}/plain{repeat}.json", threads)))
                 row = {"ranks": ranks, "precision": precision, "accumulation": accumulation,
                        "service_samples_per_s": round(statistics.median(ours), 1),
                        "plain_samples_per_s": round(statistics.median(plain), 1)}

@@ -28,9 +28,9 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: str) -> None:
+def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: str, threads: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    torch.set_num_threads(threads)
     dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=120))
     spec = JobSpec.model_validate_json(spec_json)
     torch.manual_seed(spec.seed)
@@ -64,9 +64,9 @@ def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: st
     os._exit(0)
 
 
-def run_plain_ddp(spec: JobSpec, result_path: str) -> list[float]:
-    """Samples per second of each epoch, all ranks together."""
-    mp.spawn(_rank, args=(spec.world_size, free_port(), spec.model_dump_json(), result_path),
+def run_plain_ddp(spec: JobSpec, result_path: str, threads: int) -> list[float]:
+    """Samples per second of each epoch, all ranks together; `threads` per rank."""
+    mp.spawn(_rank, args=(spec.world_size, free_port(), spec.model_dump_json(), result_path, threads),
              nprocs=spec.world_size, join=True)
     with open(result_path) as file:
         return json.load(file)

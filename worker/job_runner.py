@@ -129,6 +129,7 @@ class JobRunner:
             resume_path=latest.path if latest else _checkpoint_path(session, spec.resume_from),
             init_path=None if latest else _checkpoint_path(session, spec.init_from),
             process_group_timeout_seconds=self.settings.process_group_timeout_seconds,
+            threads_per_rank=max(1, (os.cpu_count() or 1) // self.pool.size),
         )
 
     def _launch_and_watch(self, request: RunRequest) -> None:

@@ -53,7 +53,7 @@ def _train(rank: int, request: RunRequest, store_port: int) -> tuple[str, int]:
 
     spec = request.spec
     context = init_rank(rank, spec.world_size, store_port, spec.device, request.process_group_timeout_seconds,
-                        leased_gpus=request.devices)
+                        leased_gpus=request.devices, threads=request.threads_per_rank)
     print(f"rank {rank} of {spec.world_size} on {context.device} ({torch.get_num_threads()} threads, "
           f"torch {torch.__version__}), job {request.job_id} attempt {request.attempt}", flush=True)
     store = CheckpointStore(Path(request.checkpoint_dir))

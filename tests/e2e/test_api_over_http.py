@@ -1,6 +1,7 @@
 """Every endpoint over real HTTP against a real API process and worker."""
 
 import json
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -135,6 +136,15 @@ def test_logs_hold_every_rank_s_output_prefixed_by_rank(client):
         assert f"[rank {rank}] rank {rank} done after epoch 1: completed" in lines
     tail = client.get(f"/v1/jobs/{job_id}/logs", params={"tail": 1}).text.splitlines()
     assert tail == ["[rank 0] rank 0 done after epoch 1: completed", "[rank 1] rank 1 done after epoch 1: completed"]
+
+
+def test_a_worker_gives_each_rank_its_slot_s_share_of_the_cores(stack, client):
+    # A 1-rank job on a worker of 2 cpu slots takes one slot's share, not every core: a second
+    # job may run beside it on the other slot.
+    job_id = client.post("/v1/jobs", json=tiny_wavenet_spec(gpus=1, epochs=1)).json()["id"]
+    assert wait_for_terminal(client, job_id)["state"] == "succeeded"
+    share = max(1, (os.cpu_count() or 1) // stack.cpu_slots)
+    assert f"[rank 0] rank 0 of 1 on cpu ({share} threads," in client.get(f"/v1/jobs/{job_id}/logs").text
 
 
 def test_workers_catalog_readiness_and_prometheus(stack, client):

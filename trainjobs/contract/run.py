@@ -24,6 +24,10 @@ class RunRequest(BaseModel):
     resume_path: str | None = None          # relative to checkpoint_dir
     init_path: str | None = None            # relative to checkpoint_dir
     process_group_timeout_seconds: float = 120.0
+    # CPU threads each rank may use. A worker gives each of its slots an equal share of the
+    # host's cores, so concurrent jobs never oversubscribe them; None (`trainjobs train`, which
+    # has the host to itself): the cores over this job's ranks.
+    threads_per_rank: int | None = None
 
     @property
     def run_path(self) -> Path:

@@ -22,12 +22,15 @@ class RankContext:
 
 
 def init_rank(rank: int, world_size: int, store_port: int, device_kind: str, timeout_seconds: float,
-              leased_gpus: list[int] | None = None) -> RankContext:
+              leased_gpus: list[int] | None = None, threads: int | None = None) -> RankContext:
     """`store_port`: the launcher's rendezvous store on this host.
     `leased_gpus`: the GPUs a worker leased to the job (physical ids). With DDP each rank then
     sees only its own, set before CUDA initialises; DataParallel (one rank) sees them all.
-    Without a lease (`trainjobs train`) rank i takes the i-th GPU the shell sees."""
+    Without a lease (`trainjobs train`) rank i takes the i-th GPU the shell sees.
+    `threads`: CPU threads for this rank [the host's cores over the world size]; ranks share
+    the host's cores, and more threads than that only thrash."""
     timeout = timedelta(seconds=timeout_seconds)
+    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // world_size))
     store = dist.TCPStore("127.0.0.1", store_port, world_size, is_master=False, timeout=timeout)
     if device_kind == "cuda":
         visible, index = gpu_visibility(rank, world_size, leased_gpus)
@@ -36,8 +39,6 @@ def init_rank(rank: int, world_size: int, store_port: int, device_kind: str, tim
         torch.cuda.set_device(index)
         device, backend = torch.device("cuda", index), "nccl"
     else:
-        # Ranks share the host's cores; more threads than cores per rank only thrash.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
         device, backend = torch.device("cpu"), "gloo"
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout,
                             device_id=device if device.type == "cuda" else None)
