@@ -17,6 +17,7 @@ from itertools import product
 from pathlib import Path
 
 from bench.plain_ddp import run_plain_ddp
+from worker.devices import core_share
 from tests.harness import REDIS_URL, Stack, sql_database, wait_for_terminal
 from trainjobs.contract.spec import JobSpec
 
@@ -50,7 +51,7 @@ def run(epochs: int = 5, repeats: int = 3, configurations=CONFIGURATIONS) -> dic
     rows = []
     with tempfile.TemporaryDirectory() as scratch, sql_database("sqlite", Path(scratch)) as url:
         slots = max(2, os.cpu_count() or 1)
-        threads = max(1, (os.cpu_count() or 1) // slots)  # what the worker gives each rank
+        threads = core_share(slots)  # what the worker gives each rank
         stack = Stack(Path(scratch) / "stack", url, REDIS_URL, cpu_slots=slots).start()
         try:
             client = stack.client(stack.token("bench"))

@@ -3,8 +3,15 @@ and two jobs never lease the same device."""
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
+
+
+def core_share(parts: int) -> int:
+    """CPU threads for one of `parts` processes sharing this host's cores (at least one): more
+    threads than that only thrash."""
+    return max(1, (os.cpu_count() or 1) // parts)
 
 
 @dataclass(frozen=True)

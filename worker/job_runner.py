@@ -22,7 +22,7 @@ from trainjobs.contract.run import RunRequest
 from trainjobs.contract.spec import JobSpec
 from trainjobs.contract.workers import live_workers
 from trainjobs.settings import Settings
-from worker.devices import DevicePool
+from worker.devices import DevicePool, core_share
 from worker.reporter import EventReporter
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class JobRunner:
             resume_path=latest.path if latest else _checkpoint_path(session, spec.resume_from),
             init_path=None if latest else _checkpoint_path(session, spec.init_from),
             process_group_timeout_seconds=self.settings.process_group_timeout_seconds,
-            threads_per_rank=max(1, (os.cpu_count() or 1) // self.pool.size),
+            threads_per_rank=core_share(self.pool.size),
         )
 
     def _launch_and_watch(self, request: RunRequest) -> None:

@@ -1,7 +1,6 @@
 """Every endpoint over real HTTP against a real API process and worker."""
 
 import json
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -9,6 +8,7 @@ import httpx
 import pytest
 
 from tests.harness import REDIS_URL, Stack, sql_database, tiny_wavenet_spec, wait_for_terminal, wait_until
+from worker.devices import core_share
 
 pytestmark = pytest.mark.e2e
 
@@ -143,7 +143,7 @@ def test_a_worker_gives_each_rank_its_slot_s_share_of_the_cores(stack, client):
     # job may run beside it on the other slot.
     job_id = client.post("/v1/jobs", json=tiny_wavenet_spec(gpus=1, epochs=1)).json()["id"]
     assert wait_for_terminal(client, job_id)["state"] == "succeeded"
-    share = max(1, (os.cpu_count() or 1) // stack.cpu_slots)
+    share = core_share(stack.cpu_slots)
     assert f"[rank 0] rank 0 of 1 on cpu ({share} threads," in client.get(f"/v1/jobs/{job_id}/logs").text
 
 

@@ -9,6 +9,8 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from worker.devices import core_share
+
 
 @dataclass(frozen=True)
 class RankContext:
@@ -27,10 +29,9 @@ def init_rank(rank: int, world_size: int, store_port: int, device_kind: str, tim
     `leased_gpus`: the GPUs a worker leased to the job (physical ids). With DDP each rank then
     sees only its own, set before CUDA initialises; DataParallel (one rank) sees them all.
     Without a lease (`trainjobs train`) rank i takes the i-th GPU the shell sees.
-    `threads`: CPU threads for this rank [the host's cores over the world size]; ranks share
-    the host's cores, and more threads than that only thrash."""
+    `threads`: CPU threads for this rank [the host's cores over the world size]."""
     timeout = timedelta(seconds=timeout_seconds)
-    torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // world_size))
+    torch.set_num_threads(threads or core_share(world_size))
     store = dist.TCPStore("127.0.0.1", store_port, world_size, is_master=False, timeout=timeout)
     if device_kind == "cuda":
         visible, index = gpu_visibility(rank, world_size, leased_gpus)
