@@ -8,6 +8,6 @@ COPY trainjobs ./trainjobs
 COPY service ./service
 COPY worker ./worker
 COPY migrations ./migrations
-RUN pip install --no-cache-dir "$TORCH_SPEC" && pip install --no-cache-dir .
+RUN pip install --no-cache-dir "$TORCH_SPEC" && pip install --no-cache-dir ".[all]"
 ENV TRAINJOBS_HOME=/var/lib/trainjobs
 ENTRYPOINT ["trainjobs"]

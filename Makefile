@@ -7,14 +7,14 @@ TORCH_SPEC ?= torch==2.13.0
 # CUDA builds that also run on the CPU). PyPI's torchvision does not import beside 2.13.0+cpu.
 VISION_SPEC ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install install-vision services test demo bench clean
+.PHONY: install install-vision services lint test demo bench clean
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet "$(TORCH_SPEC)"
-	$(VENV)/bin/pip install --quiet -e ".[test]"
+	$(VENV)/bin/pip install --quiet -e ".[all,test]"
 	touch $@
 
 install-vision: $(VENV)/.vision-installed
@@ -26,7 +26,11 @@ $(VENV)/.vision-installed: $(VENV)/.installed
 services:
 	bash scripts/ensure-services
 
-test: install install-vision services
+# ruff (lint, format), the import-linter layer contracts and mypy: see scripts/static-checks.
+lint: install
+	VENV_BIN=$(VENV)/bin bash scripts/static-checks
+
+test: install install-vision services lint
 	$(VENV)/bin/pytest
 
 demo: install
@@ -34,7 +38,7 @@ demo: install
 	bash scripts/demo
 
 clean:
-	rm -rf $(VENV) .trainjobs .pytest_cache
+	rm -rf $(VENV) .trainjobs .pytest_cache .mypy_cache .ruff_cache
 
 bench: install install-vision services
 	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null

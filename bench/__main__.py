@@ -37,15 +37,19 @@ def main() -> None:
     for name in which:
         if name == "overhead":
             from bench import overhead
+
             results.update(overhead.run(repeats=args.repeats))
         elif name == "dispatch":
             from bench import dispatch
+
             results["dispatch"] = dispatch.run()
         elif name == "api":
             from bench import api_load
+
             results["api"] = api_load.run()
         elif name == "ingest":
             from bench import ingestion
+
             results["ingest"] = ingestion.run()
         results["minutes"] = round((time.monotonic() - started) / 60, 1)
         results["ran"] = which
@@ -55,64 +59,119 @@ def main() -> None:
 
 
 def machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    memory = int(next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines()
-                      if line.startswith("MemTotal"))) // (1024 * 1024)
-    return (f"{os.cpu_count()} cores ({cpu}), {memory} GiB, no GPU; Python {platform.python_version()}, "
-            f"torch {torch.__version__}")
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    memory = int(
+        next(line.split()[1] for line in Path("/proc/meminfo").read_text().splitlines() if line.startswith("MemTotal"))
+    ) // (1024 * 1024)
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {memory} GiB, no GPU; Python {platform.python_version()}, "
+        f"torch {torch.__version__}"
+    )
 
 
 def render(results: dict) -> str:
-    lines = ["# Benchmarks", "",
-             f"Measured {results['date']} on {results['machine']}, by `python -m bench {' '.join(results['ran'])}` "
-             f"({results['minutes']} minutes). Figures, not pass/fail: on this shared 2-core machine the same "
-             "run differs by 10 to 15% from one try to the next.", ""]
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Measured {results['date']} on {results['machine']}, by `python -m bench {' '.join(results['ran'])}` "
+        f"({results['minutes']} minutes). Figures, not pass/fail: on this shared 2-core machine the same "
+        "run differs by 10 to 15% from one try to the next.",
+        "",
+    ]
     if "overhead" in results:
-        lines += ["## 1. Trainer overhead (wavenet, through the whole service vs a plain DDP loop)", "",
-                  "Samples/s, median of runs (each the median epoch after the first). Reproduce: `python -m bench overhead`.", "",
-                  "| ranks | precision | accumulation | service | plain DDP | ratio |", "|---|---|---|---|---|---|"]
-        lines += [f"| {r['ranks']} | {r['precision']} | {r['accumulation']} | {r['service_samples_per_s']} | "
-                  f"{r['plain_samples_per_s']} | **{r['ratio']}** |" for r in results["overhead"]]
-        lines += ["", "## 2. Scaling on this 2-core machine (2 ranks / 1 rank)", "",
-                  "One thread per rank (the worker has a cpu slot per core, and each slot gets its share of the "
-                  "cores), as the plain loop is given.", "",
-                  "| precision | accumulation | service | plain DDP |", "|---|---|---|---|"]
-        lines += [f"| {s['precision']} | {s['accumulation']} | {s['service_2_over_1']} | {s['plain_2_over_1']} |"
-                  for s in results["scaling"]]
+        lines += [
+            "## 1. Trainer overhead (wavenet, through the whole service vs a plain DDP loop)",
+            "",
+            "Samples/s, median of runs (each the median epoch after the first). Reproduce: `python -m bench overhead`.",
+            "",
+            "| ranks | precision | accumulation | service | plain DDP | ratio |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['ranks']} | {r['precision']} | {r['accumulation']} | {r['service_samples_per_s']} | "
+            f"{r['plain_samples_per_s']} | **{r['ratio']}** |"
+            for r in results["overhead"]
+        ]
+        lines += [
+            "",
+            "## 2. Scaling on this 2-core machine (2 ranks / 1 rank)",
+            "",
+            "One thread per rank (the worker has a cpu slot per core, and each slot gets its share of the "
+            "cores), as the plain loop is given.",
+            "",
+            "| precision | accumulation | service | plain DDP |",
+            "|---|---|---|---|",
+        ]
+        lines += [
+            f"| {s['precision']} | {s['accumulation']} | {s['service_2_over_1']} | {s['plain_2_over_1']} |"
+            for s in results["scaling"]
+        ]
         lines.append("")
     if "dispatch" in results:
         d = results["dispatch"]
-        lines += ["## 3. Dispatch latency (tiny wavenet, 2 cpu ranks; `python -m bench dispatch`)", "",
-                  "| POST to running | POST to first epoch's metrics | shell (`trainjobs train`) to first metrics | the service adds |",
-                  "|---|---|---|---|",
-                  f"| {d['post_to_running_s']} s | {d['post_to_first_metrics_s']} s | {d['shell_to_first_metrics_s']} s | "
-                  f"**{d['service_adds_s']} s** |", ""]
+        lines += [
+            "## 3. Dispatch latency (tiny wavenet, 2 cpu ranks; `python -m bench dispatch`)",
+            "",
+            "| POST to running | POST to first epoch's metrics | shell (`trainjobs train`) to first metrics "
+            "| the service adds |",
+            "|---|---|---|---|",
+            f"| {d['post_to_running_s']} s | {d['post_to_first_metrics_s']} s | {d['shell_to_first_metrics_s']} s | "
+            f"**{d['service_adds_s']} s** |",
+            "",
+        ]
     if "api" in results:
-        lines += ["## 4. API under dashboard load (wrk, `python -m bench api`)", "",
-                  "| database | jobs stored | request | clients | req/s | p50 | p99 | non-2xx/3xx |",
-                  "|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['database']} | {r['jobs']:,} | {r['request']} | {r['clients']} | {r['requests_per_s']} | "
-                  f"{r['p50']} | {r['p99']} | {r['errors']} |" for r in results["api"]]
-        lines += ["", "Each cell is a 3-second wrk run; wrk, the API (one uvicorn process) and the database share the "
-                  "machine's 2 cores, so at 50 and 200 clients requests queue behind the API's 8 request threads "
-                  "(`TRAINJOBS_API_THREADS`). The table holds finished jobs and the newest 100 queued (no worker runs). "
-                  "Compare rows across table sizes: the same request costs about the same with 1,000 and 100,000 jobs "
-                  "(primary-key reads, keyset pages on `(owner, created_at, id)`, no COUNT or OFFSET).", "",
-                  "What had made p99 grow: anyio's 40 request threads, all holding the GIL in turn on 2 cores "
-                  "(PostgreSQL, 1,000 jobs, GET job at 200 clients, 2026-12-03: 238 req/s, p99 2.22 s with 40 threads; "
-                  "406 req/s, p99 0.62 s with 4), and the waiting-reason check, which read the 500 oldest queued jobs "
-                  "every 5 s and labelled at most those; it now asks SQL only for jobs whose reason differs and writes "
-                  "500 a pass.", ""]
+        lines += [
+            "## 4. API under dashboard load (wrk, `python -m bench api`)",
+            "",
+            "| database | jobs stored | request | clients | req/s | p50 | p99 | non-2xx/3xx |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['database']} | {r['jobs']:,} | {r['request']} | {r['clients']} | {r['requests_per_s']} | "
+            f"{r['p50']} | {r['p99']} | {r['errors']} |"
+            for r in results["api"]
+        ]
+        lines += [
+            "",
+            "Each cell is a 3-second wrk run; wrk, the API (one uvicorn process) and the database share the "
+            "machine's 2 cores, so at 50 and 200 clients requests queue behind the API's 8 request threads "
+            "(`TRAINJOBS_API_THREADS`). The table holds finished jobs and the newest 100 queued (no worker runs). "
+            "Compare rows across table sizes: the same request costs about the same with 1,000 and 100,000 jobs "
+            "(primary-key reads, keyset pages on `(owner, created_at, id)`, no COUNT or OFFSET).",
+            "",
+            "What had made p99 grow: anyio's 40 request threads, all holding the GIL in turn on 2 cores "
+            "(PostgreSQL, 1,000 jobs, GET job at 200 clients, 2026-12-03: 238 req/s, p99 2.22 s with 40 threads; "
+            "406 req/s, p99 0.62 s with 4), and the waiting-reason check, which read the 500 oldest queued jobs "
+            "every 5 s and labelled at most those; it now asks SQL only for jobs whose reason differs and writes "
+            "500 a pass.",
+            "",
+        ]
     if "ingest" in results:
-        lines += ["## 5. Metrics ingestion (collector, Redis stream to SQL; `python -m bench ingest`)", "",
-                  "| database | events | events/s persisted | report-to-row lag p50 | max |", "|---|---|---|---|---|"]
-        lines += [f"| {r['database']} | {r['events']} | {r['events_per_s']} | {r['lag_ms_p50']} ms | {r['lag_ms_max']} ms |"
-                  for r in results["ingest"]]
+        lines += [
+            "## 5. Metrics ingestion (collector, Redis stream to SQL; `python -m bench ingest`)",
+            "",
+            "| database | events | events/s persisted | report-to-row lag p50 | max |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['database']} | {r['events']} | {r['events_per_s']} | {r['lag_ms_p50']} ms | {r['lag_ms_max']} ms |"
+            for r in results["ingest"]
+        ]
         lines.append("")
-    lines += ["## 6. GPU", "",
-              "`python -m bench.gpu_resnet50` measures resnet50 images/s on cuda (fp32, bf16, channels_last, "
-              "1..N GPUs, DDP vs DP) through the trainer. Not run: no GPU machine was lent to the session that wrote it.", ""]
+    lines += [
+        "## 6. GPU",
+        "",
+        "`python -m bench.gpu_resnet50` measures resnet50 images/s on cuda (fp32, bf16, channels_last, "
+        "1..N GPUs, DDP vs DP) through the trainer. Not run: no GPU machine was lent to the session that wrote it.",
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from sqlalchemy import insert
 
-from service.db import make_engine
-from service.tables import JobRow, utcnow
 from tests.harness import REDIS_URL, Stack, new_token, sql_database, tiny_wavenet_spec
 from trainjobs.contract.spec import JobSpec
+from trainjobs.service.db import make_engine
+from trainjobs.service.tables import JobRow, utcnow
 
 WRK_SCRIPT = """
 wrk.method = os.getenv("WRK_METHOD") or "GET"
@@ -50,14 +50,35 @@ def seed_jobs(database_url: str, count: int, owner: str) -> str:
     ids = [f"j{secrets.token_hex(8)}" for _ in range(count)]
     with engine.begin() as connection:
         for chunk in range(0, count, 5000):
-            connection.execute(insert(JobRow), [
-                {"id": job_id, "owner": owner, "name": None, **_outcome(index >= count - QUEUED), "spec": spec,
-                 "device": "cpu", "world_size": 3, "epoch": 0, "metrics": None, "error": None,
-                 "waiting_reason": None, "worker": None, "attempt": 1, "event_seq": 0, "idempotency_key": None,
-                 "lease_owner": None, "lease_expires_at": None, "created_at": start + timedelta(seconds=index),
-                 "started_at": None, "finished_at": None, "updated_at": start + timedelta(seconds=index)}
-                for index, job_id in enumerate(ids[chunk:chunk + 5000], start=chunk)
-            ])
+            connection.execute(
+                insert(JobRow),
+                [
+                    {
+                        "id": job_id,
+                        "owner": owner,
+                        "name": None,
+                        **_outcome(index >= count - QUEUED),
+                        "spec": spec,
+                        "device": "cpu",
+                        "world_size": 3,
+                        "epoch": 0,
+                        "metrics": None,
+                        "error": None,
+                        "waiting_reason": None,
+                        "worker": None,
+                        "attempt": 1,
+                        "event_seq": 0,
+                        "idempotency_key": None,
+                        "lease_owner": None,
+                        "lease_expires_at": None,
+                        "created_at": start + timedelta(seconds=index),
+                        "started_at": None,
+                        "finished_at": None,
+                        "updated_at": start + timedelta(seconds=index),
+                    }
+                    for index, job_id in enumerate(ids[chunk : chunk + 5000], start=chunk)
+                ],
+            )
     engine.dispose()
     return ids[len(ids) // 2]
 
@@ -69,9 +90,23 @@ def _outcome(queued: bool) -> dict:
 def wrk(url: str, connections: int, seconds: int, env: dict[str, str], script: Path) -> dict:
     threads = min(connections, 2)
     out = subprocess.run(
-        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{seconds}s", "--timeout", "30s", "--latency",
-         "-s", str(script), url],
-        capture_output=True, text=True, env=env, check=True).stdout
+        [
+            "wrk",
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{seconds}s",
+            "--timeout",
+            "30s",
+            "--latency",
+            "-s",
+            str(script),
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     percentiles = dict(re.findall(r"^\s+(50|99)%\s+([\d.]+\w+)", out, re.MULTILINE))
     non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
@@ -82,8 +117,9 @@ def wrk(url: str, connections: int, seconds: int, env: dict[str, str], script: P
     return {"requests_per_s": rps, "p50": percentiles.get("50"), "p99": percentiles.get("99"), "errors": errors}
 
 
-def run(sizes=(1_000, 100_000), databases=("sqlite", "postgresql"), concurrency=(1, 50, 200),
-        seconds: int = 3) -> list[dict]:
+def run(
+    sizes=(1_000, 100_000), databases=("sqlite", "postgresql"), concurrency=(1, 50, 200), seconds: int = 3
+) -> list[dict]:
     if shutil.which("wrk") is None:
         raise RuntimeError("wrk is not installed (apt-get install wrk)")
     rows = []
@@ -111,9 +147,12 @@ def run(sizes=(1_000, 100_000), databases=("sqlite", "postgresql"), concurrency=
                             env = {"PATH": "/usr/bin:/bin", "WRK_TOKEN": token, **extra}
                             result = wrk(stack.url + path, clients, seconds, env, script)
                             row = {"database": database, "jobs": size, "request": name, "clients": clients, **result}
-                            print(f"api  {database:<10} {size:>7} jobs  {name:<14} {clients:>3} clients: "
-                                  f"{result['requests_per_s']:8.1f} req/s  p50 {result['p50']:>8}  p99 {result['p99']:>8}"
-                                  f"  non-2xx/3xx {result['errors']}", flush=True)
+                            print(
+                                f"api  {database:<10} {size:>7} jobs  {name:<14} {clients:>3} clients: "
+                                f"{result['requests_per_s']:8.1f} req/s  p50 {result['p50']:>8}  p99 {result['p99']:>8}"
+                                f"  non-2xx/3xx {result['errors']}",
+                                flush=True,
+                            )
                             rows.append(row)
                 finally:
                     stack.stop()

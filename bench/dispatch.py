@@ -21,8 +21,12 @@ def through_service(stack: Stack, token: str) -> tuple[float, float]:
     """Seconds from POST to the `running` event and to the first `metrics` event (SSE), with the
     worker idle when the POST goes out (the previous job's devices released)."""
     client = stack.client(token)
-    wait_until(lambda: all(worker["busy"] == 0 for worker in client.get("/v1/workers").json()["items"]),
-               60, interval=0.1, what="an idle worker")
+    wait_until(
+        lambda: all(worker["busy"] == 0 for worker in client.get("/v1/workers").json()["items"]),
+        60,
+        interval=0.1,
+        what="an idle worker",
+    )
     time.sleep(1.5)  # and its heartbeat settled
     start = time.perf_counter()
     job_id = client.post("/v1/jobs", json=SPEC).json()["id"]
@@ -46,8 +50,11 @@ def from_the_shell(workdir: Path) -> float:
     spec_file = workdir / "spec.json"
     spec_file.write_text(json.dumps(SPEC))
     start = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-m", "trainjobs.cli", "train", str(spec_file), "--workdir",
-                                str(workdir)], stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainjobs.cli", "train", str(spec_file), "--workdir", str(workdir)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     elapsed = None
     for line in process.stdout:
         if line.startswith("epoch 1:") and elapsed is None:
@@ -72,7 +79,10 @@ def run(repeats: int = 5) -> dict:
         "shell_to_first_metrics_s": round(statistics.median(shell), 3),
     }
     result["service_adds_s"] = round(result["post_to_first_metrics_s"] - result["shell_to_first_metrics_s"], 3)
-    print(f"dispatch  POST->running {result['post_to_running_s']}s, POST->first metrics "
-          f"{result['post_to_first_metrics_s']}s, shell->first metrics {result['shell_to_first_metrics_s']}s: "
-          f"the service adds {result['service_adds_s']}s (median of {repeats})", flush=True)
+    print(
+        f"dispatch  POST->running {result['post_to_running_s']}s, POST->first metrics "
+        f"{result['post_to_first_metrics_s']}s, shell->first metrics {result['shell_to_first_metrics_s']}s: "
+        f"the service adds {result['service_adds_s']}s (median of {repeats})",
+        flush=True,
+    )
     return result

@@ -17,25 +17,43 @@ from pathlib import Path
 import torch
 
 from trainjobs.contract.spec import JobSpec
-from worker.local_run import local_request, train_locally
+from trainjobs.worker.local_run import local_request, train_locally
 
 
 def measure(gpus: int, strategy: str, precision: str, image_size: int, batch_size: int, epochs: int) -> float:
-    spec = JobSpec.model_validate({
-        "model": {"name": "resnet50"},
-        "data": {"name": "synthetic-images", "params": {"num_samples": batch_size * gpus * 20, "image_size": image_size,
-                                                         "num_classes": 1000, "val_fraction": 0.05,
-                                                         "num_workers": 4, "pin_memory": True}},
-        "device": "cuda", "gpus": gpus, "strategy": strategy, "precision": precision, "epochs": epochs,
-        "batch_size": batch_size, "optimizer": {"name": "sgd", "lr": 0.1}, "lr_scaling": "linear",
-    })
+    spec = JobSpec.model_validate(
+        {
+            "model": {"name": "resnet50"},
+            "data": {
+                "name": "synthetic-images",
+                "params": {
+                    "num_samples": batch_size * gpus * 20,
+                    "image_size": image_size,
+                    "num_classes": 1000,
+                    "val_fraction": 0.05,
+                    "num_workers": 4,
+                    "pin_memory": True,
+                },
+            },
+            "device": "cuda",
+            "gpus": gpus,
+            "strategy": strategy,
+            "precision": precision,
+            "epochs": epochs,
+            "batch_size": batch_size,
+            "optimizer": {"name": "sgd", "lr": 0.1},
+            "lr_scaling": "linear",
+        }
+    )
     with tempfile.TemporaryDirectory() as scratch:
         request = local_request(spec, Path(scratch), Path(scratch) / "data")
         outcome = train_locally(request)
         if outcome.state != "succeeded":
             raise RuntimeError(outcome.error)
-        rates = [json.loads(line)["samples_per_second"]
-                 for line in (Path(request.run_dir) / "metrics.jsonl").read_text().splitlines()]
+        rates = [
+            json.loads(line)["samples_per_second"]
+            for line in (Path(request.run_dir) / "metrics.jsonl").read_text().splitlines()
+        ]
     return statistics.median(rates[1:])
 
 
@@ -53,10 +71,13 @@ def main() -> None:
         for gpus in sorted({1, *range(2, args.gpus + 1)}):
             for strategy in ("ddp", "dp") if gpus > 1 else ("ddp",):
                 rate = measure(gpus, strategy, precision, args.image_size, args.batch_size, args.epochs)
-                rows.append({"precision": precision, "gpus": gpus, "strategy": strategy, "images_per_s": round(rate, 1)})
+                rows.append(
+                    {"precision": precision, "gpus": gpus, "strategy": strategy, "images_per_s": round(rate, 1)}
+                )
                 print(f"resnet50 {precision} {gpus} GPU(s) {strategy}: {rate:.1f} images/s", flush=True)
-    (Path(__file__).parent / "gpu_results.json").write_text(json.dumps(
-        {"device": torch.cuda.get_device_name(0), "rows": rows}, indent=2))
+    (Path(__file__).parent / "gpu_results.json").write_text(
+        json.dumps({"device": torch.cuda.get_device_name(0), "rows": rows}, indent=2)
+    )
 
 
 if __name__ == "__main__":

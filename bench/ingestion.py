@@ -10,17 +10,24 @@ from pathlib import Path
 
 import redis
 
-from service.collector import EventCollector
-from service.db import make_engine, make_session_factory, transaction
-from service.repositories import epoch_metrics
-from tests.harness import REDIS_URL, clear_namespace, sql_database
 from bench.api_load import seed_jobs
+from tests.harness import REDIS_URL, clear_namespace, sql_database
 from trainjobs.contract.events import EpochMetrics, JobEvent
+from trainjobs.service.collector import EventCollector
+from trainjobs.service.db import make_engine, make_session_factory, transaction
+from trainjobs.service.repositories import epoch_metrics
 
 
 def metrics_event(job_id: str, epoch: int) -> dict:
-    payload = EpochMetrics(epoch=epoch, train_loss=1.0, val_loss=1.0, lr=0.1, epoch_seconds=1.0,
-                           samples_per_second=1.0, sent_at=time.time())
+    payload = EpochMetrics(
+        epoch=epoch,
+        train_loss=1.0,
+        val_loss=1.0,
+        lr=0.1,
+        epoch_seconds=1.0,
+        samples_per_second=1.0,
+        sent_at=time.time(),
+    )
     return JobEvent.of(job_id, 1, payload).to_stream_fields()
 
 
@@ -54,11 +61,18 @@ def run(databases=("sqlite", "postgresql"), jobs: int = 50, epochs: int = 40) ->
                 with transaction(sessions) as session:
                     row = epoch_metrics.for_job(session, job_ids[0])[-1]
                     lags.append(row.created_at.timestamp() - row.data["sent_at"])
-            result = {"database": database, "events": total, "events_per_s": round(total / seconds, 1),
-                      "lag_ms_p50": round(statistics.median(lags) * 1000, 1),
-                      "lag_ms_max": round(max(lags) * 1000, 1)}
-            print(f"ingest    {database:<10} {result['events_per_s']} events/s persisted ({total} events); "
-                  f"report->row lag p50 {result['lag_ms_p50']} ms, max {result['lag_ms_max']} ms", flush=True)
+            result = {
+                "database": database,
+                "events": total,
+                "events_per_s": round(total / seconds, 1),
+                "lag_ms_p50": round(statistics.median(lags) * 1000, 1),
+                "lag_ms_max": round(max(lags) * 1000, 1),
+            }
+            print(
+                f"ingest    {database:<10} {result['events_per_s']} events/s persisted ({total} events); "
+                f"report->row lag p50 {result['lag_ms_p50']} ms, max {result['lag_ms_max']} ms",
+                flush=True,
+            )
             rows.append(result)
             engine.dispose()
             clear_namespace(REDIS_URL, namespace)

@@ -17,18 +17,26 @@ from itertools import product
 from pathlib import Path
 
 from bench.plain_ddp import run_plain_ddp
-from worker.devices import core_share
 from tests.harness import REDIS_URL, Stack, sql_database, wait_for_terminal
 from trainjobs.contract.spec import JobSpec
+from trainjobs.worker.devices import core_share
 
 
 def wavenet_spec(ranks: int, precision: str, accumulation: int, epochs: int) -> dict:
     return {
         "model": {"name": "wavenet", "params": {"n_residue": 16, "n_skip": 32, "dilation_depth": 6, "n_repeat": 2}},
-        "data": {"name": "synthetic-audio", "params": {"num_samples": 176, "length": 256, "mu": 64,
-                                                        "val_fraction": 1 / 11}},
-        "device": "cpu", "gpus": ranks, "epochs": epochs, "batch_size": 8, "precision": precision,
-        "accumulation_steps": accumulation, "optimizer": {"name": "adamw", "lr": 0.002}, "lr_scaling": "none",
+        "data": {
+            "name": "synthetic-audio",
+            "params": {"num_samples": 176, "length": 256, "mu": 64, "val_fraction": 1 / 11},
+        },
+        "device": "cpu",
+        "gpus": ranks,
+        "epochs": epochs,
+        "batch_size": 8,
+        "precision": precision,
+        "accumulation_steps": accumulation,
+        "optimizer": {"name": "adamw", "lr": 0.002},
+        "lr_scaling": "none",
     }
 
 
@@ -60,26 +68,45 @@ def run(epochs: int = 5, repeats: int = 3, configurations=CONFIGURATIONS) -> dic
                 ours, plain = [], []
                 for repeat in range(repeats):
                     ours.append(steady(service_rates(client, spec)))
-                    plain.append(steady(run_plain_ddp(JobSpec.model_validate(spec), f"{scratch}/plain{repeat}.json", threads)))
-                row = {"ranks": ranks, "precision": precision, "accumulation": accumulation,
-                       "service_samples_per_s": round(statistics.median(ours), 1),
-                       "plain_samples_per_s": round(statistics.median(plain), 1)}
+                    plain.append(
+                        steady(run_plain_ddp(JobSpec.model_validate(spec), f"{scratch}/plain{repeat}.json", threads))
+                    )
+                row = {
+                    "ranks": ranks,
+                    "precision": precision,
+                    "accumulation": accumulation,
+                    "service_samples_per_s": round(statistics.median(ours), 1),
+                    "plain_samples_per_s": round(statistics.median(plain), 1),
+                }
                 row["ratio"] = round(row["service_samples_per_s"] / row["plain_samples_per_s"], 3)
-                print(f"overhead  {ranks} rank(s) {precision} accumulation {accumulation}: service "
-                      f"{row['service_samples_per_s']} samples/s, plain DDP {row['plain_samples_per_s']}, "
-                      f"ratio {row['ratio']}", flush=True)
+                print(
+                    f"overhead  {ranks} rank(s) {precision} accumulation {accumulation}: service "
+                    f"{row['service_samples_per_s']} samples/s, plain DDP {row['plain_samples_per_s']}, "
+                    f"ratio {row['ratio']}",
+                    flush=True,
+                )
                 rows.append(row)
         finally:
             stack.stop()
     scaling = []
     for precision, accumulation in product(("fp32", "bf16"), (1, 4)):
-        one = next((r for r in rows if (r["ranks"], r["precision"], r["accumulation"]) == (1, precision, accumulation)), None)
-        two = next((r for r in rows if (r["ranks"], r["precision"], r["accumulation"]) == (2, precision, accumulation)), None)
+        one = next(
+            (r for r in rows if (r["ranks"], r["precision"], r["accumulation"]) == (1, precision, accumulation)), None
+        )
+        two = next(
+            (r for r in rows if (r["ranks"], r["precision"], r["accumulation"]) == (2, precision, accumulation)), None
+        )
         if one and two:
-            entry = {"precision": precision, "accumulation": accumulation,
-                     "service_2_over_1": round(two["service_samples_per_s"] / one["service_samples_per_s"], 3),
-                     "plain_2_over_1": round(two["plain_samples_per_s"] / one["plain_samples_per_s"], 3)}
-            print(f"scaling   {precision} accumulation {accumulation}: 2 ranks / 1 rank = service "
-                  f"{entry['service_2_over_1']}, plain DDP {entry['plain_2_over_1']}", flush=True)
+            entry = {
+                "precision": precision,
+                "accumulation": accumulation,
+                "service_2_over_1": round(two["service_samples_per_s"] / one["service_samples_per_s"], 3),
+                "plain_2_over_1": round(two["plain_samples_per_s"] / one["plain_samples_per_s"], 3),
+            }
+            print(
+                f"scaling   {precision} accumulation {accumulation}: 2 ranks / 1 rank = service "
+                f"{entry['service_2_over_1']}, plain DDP {entry['plain_2_over_1']}",
+                flush=True,
+            )
             scaling.append(entry)
     return {"overhead": rows, "scaling": scaling}

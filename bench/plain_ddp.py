@@ -18,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 from trainjobs.contract.spec import JobSpec
-from worker.trainer.catalog import build_datasets, build_model
+from trainjobs.worker.trainer.catalog import build_datasets, build_model
 
 
 def free_port() -> int:
@@ -47,7 +47,7 @@ def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: st
         start, samples = time.perf_counter(), 0
         for step, (inputs, targets) in enumerate(loader):
             last = (step + 1) % accumulation == 0 or step + 1 == len(loader)
-            with (nullcontext() if last else model.no_sync()):
+            with nullcontext() if last else model.no_sync():
                 with autocast():
                     loss = F.cross_entropy(model(inputs), targets) / accumulation
                 loss.backward()
@@ -66,7 +66,11 @@ def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: st
 
 def run_plain_ddp(spec: JobSpec, result_path: str, threads: int) -> list[float]:
     """Samples per second of each epoch, all ranks together; `threads` per rank."""
-    mp.spawn(_rank, args=(spec.world_size, free_port(), spec.model_dump_json(), result_path, threads),
-             nprocs=spec.world_size, join=True)
+    mp.spawn(
+        _rank,
+        args=(spec.world_size, free_port(), spec.model_dump_json(), result_path, threads),
+        nprocs=spec.world_size,
+        join=True,
+    )
     with open(result_path) as file:
         return json.load(file)

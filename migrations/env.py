@@ -2,8 +2,8 @@
 
 from alembic import context
 
-from service.db import make_engine
-from service.tables import Base
+from trainjobs.service.db import make_engine
+from trainjobs.service.tables import Base
 from trainjobs.settings import load_settings
 
 config = context.config

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from service.repositories import api_tokens
-from service.tables import ApiTokenRow, utcnow
+from trainjobs.service.repositories import api_tokens
+from trainjobs.service.tables import ApiTokenRow, utcnow
 
 TOKEN_PREFIX = "tj_"
 
@@ -30,10 +30,16 @@ def hash_token(token: str) -> str:
 def create_token(session: Session, owner: str, is_admin: bool = False) -> str:
     """Store a new token for `owner` and return it: the only time it is ever readable."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    api_tokens.add(session, ApiTokenRow(
-        id=secrets.token_hex(8), owner=owner, is_admin=is_admin,
-        token_sha256=hash_token(token), created_at=utcnow(),
-    ))
+    api_tokens.add(
+        session,
+        ApiTokenRow(
+            id=secrets.token_hex(8),
+            owner=owner,
+            is_admin=is_admin,
+            token_sha256=hash_token(token),
+            created_at=utcnow(),
+        ),
+    )
     return token
 
 

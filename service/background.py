@@ -12,10 +12,10 @@ import time
 import redis
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import dispatch, reaper
-from service.collector import EventCollector
-from trainjobs.settings import Settings
 from trainjobs.contract.workers import live_workers
+from trainjobs.service import dispatch, reaper
+from trainjobs.service.collector import EventCollector
+from trainjobs.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -23,14 +23,18 @@ EXPLAIN_EVERY_SECONDS = 5.0
 
 
 class BackgroundLoop:
-    def __init__(self, settings: Settings, sessions: sessionmaker[Session], dispatcher: dispatch.Dispatcher):
+    def __init__(
+        self, settings: Settings, sessions: sessionmaker[Session], dispatcher: dispatch.Dispatcher, client: redis.Redis
+    ):
         self.settings = settings
         self.sessions = sessions
         self.dispatcher = dispatcher
-        self.redis = redis.Redis.from_url(settings.redis_url, socket_timeout=10)
+        self.redis = client  # the API process's one Redis client
         self.collector = EventCollector(
-            self.redis, sessions,
-            settings.events_stream, # A name stable across restarts, so a restarted API resumes its own pending events at once.
+            self.redis,
+            sessions,
+            settings.events_stream,
+            # A name stable across restarts, so a restarted API resumes its own pending events at once.
             consumer=socket.gethostname(),
         )
         self._last_fleet: list | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.errors import NotFound
+from trainjobs.service.errors import NotFound
 
 
 def resolve_in_store(store: Path, relative: str) -> Path:

@@ -9,17 +9,21 @@ and epoch or checkpoint id, so applying an event twice changes nothing.
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import redis
 from sqlalchemy.orm import Session, sessionmaker
 
-from service import timeline
-from service.db import transaction
-from service.repositories import checkpoints, epoch_metrics, jobs
-from service.tables import utcnow
 from trainjobs.contract.events import (
-    TERMINAL_STATES, CheckpointRecord, CheckpointRemoved, EpochMetrics, JobEvent, StateChange,
+    CheckpointRecord,
+    CheckpointRemoved,
+    EpochMetrics,
+    JobEvent,
+    StateChange,
 )
+from trainjobs.service import lifecycle
+from trainjobs.service.db import transaction
+from trainjobs.service.repositories import jobs
 
 log = logging.getLogger(__name__)
 
@@ -27,8 +31,14 @@ GROUP = "collectors"
 
 
 class EventCollector:
-    def __init__(self, client: redis.Redis, sessions: sessionmaker[Session], stream: str,
-                 consumer: str, stale_after_ms: int = 30_000):
+    def __init__(
+        self,
+        client: redis.Redis,
+        sessions: sessionmaker[Session],
+        stream: str,
+        consumer: str,
+        stale_after_ms: int = 30_000,
+    ):
         self.client = client
         self.sessions = sessions
         self.stream = stream
@@ -41,7 +51,7 @@ class EventCollector:
         self._ensure_group()
         entries = self._reclaim_pending(count)
         if not entries:
-            reply = self.client.xreadgroup(GROUP, self.consumer, {self.stream: ">"}, count=count, block=block_ms)
+            reply: Any = self.client.xreadgroup(GROUP, self.consumer, {self.stream: ">"}, count=count, block=block_ms)
             entries = reply[0][1] if reply else []
         for entry_id, fields in entries:
             self._apply_entry(entry_id, fields)
@@ -57,16 +67,17 @@ class EventCollector:
                 raise
         self._group_ready = True
 
-    def _reclaim_pending(self, count: int) -> list:
+    def _reclaim_pending(self, count: int) -> list[Any]:
         # Our own pending entries (delivered before a restart under this consumer name) and
         # entries another consumer left unacknowledged for too long.
-        own = self.client.xreadgroup(GROUP, self.consumer, {self.stream: "0"}, count=count)
+        own: Any = self.client.xreadgroup(GROUP, self.consumer, {self.stream: "0"}, count=count)
         entries = own[0][1] if own else []
         if entries:
             return entries
-        _next, claimed, *_ = self.client.xautoclaim(self.stream, GROUP, self.consumer,
-                                                    min_idle_time=self.stale_after_ms, count=count)
-        return claimed
+        reclaimed: Any = self.client.xautoclaim(
+            self.stream, GROUP, self.consumer, min_idle_time=self.stale_after_ms, count=count
+        )
+        return list(reclaimed[1])
 
     def _apply_entry(self, entry_id, fields) -> None:
         try:
@@ -89,32 +100,13 @@ def apply_event(session: Session, event: JobEvent) -> None:
     payload = event.payload()
     match payload:
         case EpochMetrics():
-            # Epochs finished by an earlier attempt are real results too: keyed by epoch, the
-            # first report wins and a re-run epoch after a resume is not counted twice.
-            data = payload.model_dump(mode="json")
-            if epoch_metrics.record(session, job.id, payload.epoch, event.attempt, data):
-                timeline.metrics_recorded(session, job, data)
-                if payload.epoch > job.epoch:
-                    jobs.touch(job, epoch=payload.epoch, metrics=data)
+            lifecycle.record_epoch(session, job, event.attempt, payload)
         case CheckpointRecord():
-            checkpoints.record(session, job.id, payload)
-            if payload.is_best:
-                checkpoints.mark_best(session, job.id, payload.id)
-            timeline.checkpoint_recorded(session, job, {
-                **payload.model_dump(mode="json", exclude={"path"}), "job_id": job.id})
+            lifecycle.record_checkpoint(session, job, payload)
         case CheckpointRemoved():
-            checkpoints.remove(session, payload.id)
+            lifecycle.remove_checkpoint(session, job, payload.id)
         case StateChange():
-            _apply_state(session, job, event.attempt, payload)
-
-
-def _apply_state(session: Session, job, attempt: int, change: StateChange) -> None:
-    if attempt != job.attempt or job.state in TERMINAL_STATES:
-        log.info("stale state %s for job %s (attempt %s, job at %s/%s) ignored",
-                 change.state, job.id, attempt, job.attempt, job.state)
-        return
-    changes = {"state": change.state, "stop_reason": change.stop_reason, "error": change.error}
-    if change.state in TERMINAL_STATES:
-        changes.update(finished_at=utcnow(), lease_owner=None, lease_expires_at=None)
-    jobs.touch(job, **changes)
-    timeline.state_changed(session, job)
+            try:
+                lifecycle.finish(session, job, event.attempt, payload)
+            except lifecycle.TransitionRefused as refused:
+                log.info("state %s for job %s (attempt %s) ignored: %s", payload.state, job.id, event.attempt, refused)

@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
-
 # More connections than the API's request threads (TRAINJOBS_API_THREADS, 8 by default) plus its
 # background loop: a request must never wait for a connection, only for SQL.
 POOL_SIZE, MAX_OVERFLOW = 20, 30
@@ -25,8 +24,12 @@ POOL_SIZE, MAX_OVERFLOW = 20, 30
 
 def make_engine(url: str, read_only: bool = False) -> Engine:
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30},
-                               pool_size=POOL_SIZE, max_overflow=MAX_OVERFLOW)
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            pool_size=POOL_SIZE,
+            max_overflow=MAX_OVERFLOW,
+        )
         event.listen(engine, "connect", _sqlite_connect)
         begin = "BEGIN" if read_only else "BEGIN IMMEDIATE"
         event.listen(engine, "begin", lambda connection: connection.exec_driver_sql(begin))

@@ -13,10 +13,11 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.db import transaction
-from service.repositories import dispatch_intents
-from service.tables import utcnow
-from trainjobs.contract.dispatch import RUN_JOB_TASK, make_celery, queue_for
+from trainjobs.connections import celery_app
+from trainjobs.contract.dispatch import RUN_JOB_TASK, queue_for
+from trainjobs.service.db import transaction
+from trainjobs.service.repositories import dispatch_intents
+from trainjobs.service.tables import utcnow
 from trainjobs.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -26,18 +27,16 @@ class Dispatcher:
     def __init__(self, settings: Settings, sessions: sessionmaker[Session]):
         self.namespace = settings.namespace
         self.sessions = sessions
-        self.celery = make_celery("trainjobs-api", settings.redis_url, settings.broker_visibility_timeout)
+        self.celery = celery_app("trainjobs-api", settings)
 
     def send(self, job_id: str, device: str) -> bool:
         """Publish the run message; False (logged) when the broker cannot take it now."""
         try:
-            self.celery.send_task(RUN_JOB_TASK, args=[job_id], queue=queue_for(self.namespace, device),
-                                  retry=False)
+            self.celery.send_task(RUN_JOB_TASK, args=[job_id], queue=queue_for(self.namespace, device), retry=False)
         except Exception as error:  # kombu raises several types for a broker that is away
             log.warning("dispatch of job %s deferred: broker unavailable (%s)", job_id, error)
             return False
         return True
-
 
     def send_committed(self, job_id: str, device: str) -> None:
         """Called once the job's transaction committed: send, then clear the intent."""
@@ -49,8 +48,10 @@ class Dispatcher:
 def sweep(dispatcher: Dispatcher, grace_seconds: float) -> int:
     """Send the intents that their request did not (older than the grace period); return how many."""
     with transaction(dispatcher.sessions) as session:
-        due = [(intent.job_id, intent.device)
-               for intent in dispatch_intents.due(session, utcnow() - timedelta(seconds=grace_seconds))]
+        due = [
+            (intent.job_id, intent.device)
+            for intent in dispatch_intents.due(session, utcnow() - timedelta(seconds=grace_seconds))
+        ]
     sent = 0
     for job_id, device in due:
         if not dispatcher.send(job_id, device):

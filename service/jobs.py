@@ -4,32 +4,28 @@ from __future__ import annotations
 
 import base64
 import json
-import secrets
 from datetime import datetime
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from service.auth import Principal
-from service.db import on_commit
-from service.dispatch import Dispatcher
-from service.timeline import document, state_changed
-from service.errors import Conflict, InvalidRequest, NotFound
-from service.repositories import checkpoints, dispatch_intents, jobs
-from service.tables import JobRow, utcnow
-from trainjobs.contract.events import TERMINAL_STATES
 from trainjobs.contract.job import JobPage
 from trainjobs.contract.spec import JobSpec
+from trainjobs.service import lifecycle
+from trainjobs.service.auth import Principal
+from trainjobs.service.db import on_commit
+from trainjobs.service.dispatch import Dispatcher
+from trainjobs.service.errors import InvalidRequest, NotFound
+from trainjobs.service.repositories import checkpoints, jobs
+from trainjobs.service.tables import JobRow
+from trainjobs.service.timeline import document
 
 
-def new_job_id() -> str:
-    return "j" + secrets.token_hex(8)
-
-
-def submit(session: Session, principal: Principal, spec: JobSpec, dispatcher: Dispatcher,
-           idempotency_key: str | None = None) -> tuple[JobRow, bool]:
+def submit(
+    session: Session, principal: Principal, spec: JobSpec, dispatcher: Dispatcher, idempotency_key: str | None = None
+) -> tuple[JobRow, bool]:
     """Store the job and its dispatch intent in the caller's transaction; the Celery message
-    goes out once that transaction has committed (service.dispatch explains the outbox).
+    goes out once that transaction has committed (trainjobs.service.dispatch explains the outbox).
 
     Returns (job, created). A repeat of an Idempotency-Key by the same owner returns the first
     job: the unique constraint decides between concurrent duplicates, not a read before write.
@@ -40,18 +36,9 @@ def submit(session: Session, principal: Principal, spec: JobSpec, dispatcher: Di
             return existing, False
     for field in ("resume_from", "init_from"):
         _check_checkpoint_visible(session, principal, field, getattr(spec, field))
-    now = utcnow()
-    job = JobRow(
-        id=new_job_id(), owner=principal.owner, name=spec.name, state="queued", stop_reason=None,
-        spec=spec.model_dump(mode="json"), device=spec.device, world_size=spec.world_size,
-        epoch=0, metrics=None, error=None, waiting_reason=None, worker=None, attempt=1,
-        idempotency_key=idempotency_key, created_at=now, started_at=None, finished_at=None,
-        updated_at=now,
-    )
     try:
         with session.begin_nested():
-            jobs.add(session, job)
-            dispatch_intents.add(session, job.id, job.device)
+            job = lifecycle.submit(session, principal.owner, spec, idempotency_key)
     except IntegrityError:
         if idempotency_key is None:
             raise
@@ -59,8 +46,8 @@ def submit(session: Session, principal: Principal, spec: JobSpec, dispatcher: Di
         if existing is None:
             raise
         return existing, False
-    state_changed(session, job)
-    on_commit(session, lambda: dispatcher.send_committed(job.id, job.device))
+    job_id, device = job.id, job.device
+    on_commit(session, lambda: dispatcher.send_committed(job_id, device))
     return job, True
 
 
@@ -81,19 +68,11 @@ def get_visible(session: Session, principal: Principal, job_id: str) -> JobRow:
 
 
 def cancel(session: Session, principal: Principal, job_id: str) -> JobRow:
-    """A queued job is cancelled at once (a worker's claim needs it queued, so it never starts).
-    A running one becomes "cancelling": its worker ends every rank and reports "cancelled"."""
     job = get_visible(session, principal, job_id)
-    job = jobs.get(session, job.id, for_update=True)
-    if job.state in TERMINAL_STATES:
-        raise Conflict(f"job {job_id} is already {job.state}")
-    if job.state == "queued":
-        jobs.touch(job, state="cancelled", stop_reason="cancelled", finished_at=utcnow(), waiting_reason=None)
-        dispatch_intents.remove(session, job.id)
-    elif job.state == "running":
-        jobs.touch(job, state="cancelling")
-    state_changed(session, job)
-    return job
+    locked = jobs.get(session, job.id, for_update=True)
+    assert locked is not None  # visible a moment ago, in this transaction
+    lifecycle.cancel(session, locked)
+    return locked
 
 
 def parse_last_event_id(value: str | None) -> int:
@@ -104,8 +83,7 @@ def parse_last_event_id(value: str | None) -> int:
     return int(value)
 
 
-def list_page(session: Session, principal: Principal, *, state: str | None, limit: int,
-              cursor: str | None) -> JobPage:
+def list_page(session: Session, principal: Principal, *, state: str | None, limit: int, cursor: str | None) -> JobPage:
     after = _decode_cursor(cursor) if cursor else None
     owner = None if principal.is_admin else principal.owner
     rows = jobs.page(session, owner=owner, state=state, limit=limit + 1, after=after)

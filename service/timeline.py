@@ -11,33 +11,37 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from service.repositories import job_events
-from service.tables import CheckpointRow, JobRow
 from trainjobs.contract.job import Effective, JobDocument
 from trainjobs.contract.spec import scaled_lr
+from trainjobs.service.repositories import job_events
+from trainjobs.service.tables import JobRow
 
 
 def document(job: JobRow) -> JobDocument:
     spec = job.spec
     gpus, accumulation = spec["gpus"], spec["accumulation_steps"]
     return JobDocument(
-        id=job.id, name=job.name, owner=job.owner, state=job.state, stop_reason=job.stop_reason,
-        spec=spec, effective=Effective(
+        id=job.id,
+        name=job.name,
+        owner=job.owner,
+        state=job.state,
+        stop_reason=job.stop_reason,
+        spec=spec,
+        effective=Effective(
             world_size=job.world_size,
             global_batch_size=spec["batch_size"] * gpus * accumulation,
             lr=scaled_lr(spec["optimizer"]["lr"], spec["lr_scaling"], gpus * accumulation),
         ),
-        epoch=job.epoch, metrics=job.metrics, error=job.error, waiting_reason=job.waiting_reason,
-        worker=job.worker, attempt=job.attempt, created_at=job.created_at,
-        started_at=job.started_at, finished_at=job.finished_at,
+        epoch=job.epoch,
+        metrics=job.metrics,
+        error=job.error,
+        waiting_reason=job.waiting_reason,
+        worker=job.worker,
+        attempt=job.attempt,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
     )
-
-
-
-
-def checkpoint_document(row: CheckpointRow) -> dict[str, Any]:
-    return {"id": row.id, "epoch": row.epoch, "size_bytes": row.size_bytes, "sha256": row.sha256,
-            "is_best": row.is_best, "created_at": row.created_at.isoformat()}
 
 
 def state_changed(session: Session, job: JobRow) -> None:

@@ -31,14 +31,15 @@ def namespace():
 
 @pytest.fixture
 def settings(tmp_path, database_url, namespace) -> Settings:
-    return Settings(home=tmp_path, database_url=database_url, redis_url=REDIS_URL, namespace=namespace,
-                    run_background=False)
+    return Settings(
+        home=tmp_path, database_url=database_url, redis_url=REDIS_URL, namespace=namespace, run_background=False
+    )
 
 
 @pytest.fixture
 def api(settings) -> TestClient:
     """The real app on the real SQL and Redis, in-process (no background loop)."""
-    from service.api.app import create_app
+    from trainjobs.service.api.app import create_app
 
     with TestClient(create_app(settings)) as client:
         yield client

@@ -25,9 +25,9 @@ import psycopg
 import redis
 from sqlalchemy.engine import make_url
 
-from service.auth import create_token
-from service.db import make_engine, make_session_factory, transaction
-from service.migrate import upgrade_to_head
+from trainjobs.service.auth import create_token
+from trainjobs.service.db import make_engine, make_session_factory, transaction
+from trainjobs.service.migrate import upgrade_to_head
 
 REDIS_URL = os.environ.get("TRAINJOBS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 POSTGRES_URL = os.environ.get("TRAINJOBS_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -110,8 +110,22 @@ class PrivateRedis:
         if binary is None:
             raise RuntimeError("redis-server is not installed (the README's setup installs it)")
         self.process = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
-             "--dir", str(self.directory)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "yes",
+                "--dir",
+                str(self.directory),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         wait_until(self._answers, 10, what="private redis-server")
 
     def stop(self) -> None:
@@ -135,10 +149,17 @@ class Stack:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.namespace = f"tjtest-{secrets.token_hex(4)}"
-        self.env = dict(os.environ, TRAINJOBS_HOME=str(home), TRAINJOBS_DATABASE_URL=database_url,
-                        TRAINJOBS_REDIS_URL=redis_url, TRAINJOBS_NAMESPACE=self.namespace,
-                        TRAINJOBS_OUTBOX_GRACE_SECONDS="1", TRAINJOBS_SWEEP_INTERVAL_SECONDS="0.5",
-                        PYTHONUNBUFFERED="1", **extra_env)
+        self.env = dict(
+            os.environ,
+            TRAINJOBS_HOME=str(home),
+            TRAINJOBS_DATABASE_URL=database_url,
+            TRAINJOBS_REDIS_URL=redis_url,
+            TRAINJOBS_NAMESPACE=self.namespace,
+            TRAINJOBS_OUTBOX_GRACE_SECONDS="1",
+            TRAINJOBS_SWEEP_INTERVAL_SECONDS="0.5",
+            PYTHONUNBUFFERED="1",
+            **extra_env,
+        )
         self.database_url = database_url
         self.redis_url = redis_url
         self.cpu_slots = cpu_slots
@@ -147,7 +168,7 @@ class Stack:
         self.logs = home / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
 
-    def start(self) -> "Stack":
+    def start(self) -> Stack:
         self.start_api()
         self.start_worker()
         return self
@@ -200,9 +221,14 @@ class Stack:
         return (self.logs / f"{name}.log").read_text()
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
-        log = open(self.logs / f"{name}.log", "ab")
-        return subprocess.Popen([sys.executable, "-m", "trainjobs.cli", *args], env=self.env, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        with open(self.logs / f"{name}.log", "ab") as log:  # the child keeps its own copy of the fd
+            return subprocess.Popen(
+                [sys.executable, "-m", "trainjobs.cli", *args],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def _ready(self) -> bool:
         if self.api.poll() is not None:
@@ -224,7 +250,7 @@ def launchers_matching(text: str) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"worker.launcher" in cmdline and any(text.encode() in part for part in cmdline):
+        if b"trainjobs.worker.launcher" in cmdline and any(text.encode() in part for part in cmdline):
             found.append(int(entry.name))
     return found
 
@@ -251,6 +277,7 @@ def child_pids(pid: int) -> list[int]:
 
 def rank_pids(job_id: str, timeout: float = 15) -> dict[int, int]:
     """{rank: pid} of a running job, told by the log file each rank's stdout points at."""
+
     def ranks():
         launcher = find_launcher(job_id)
         found = {}
@@ -292,8 +319,12 @@ def tiny_wavenet_spec(**overrides) -> dict:
         "name": "tiny-wavenet",
         "model": {"name": "wavenet", "params": {"n_residue": 8, "n_skip": 16, "dilation_depth": 4, "n_repeat": 1}},
         "data": {"name": "synthetic-audio", "params": {"num_samples": 64, "length": 128, "mu": 32}},
-        "device": "cpu", "gpus": 2, "epochs": 3, "batch_size": 8,
-        "optimizer": {"name": "adamw", "lr": 0.01}, "lr_scaling": "none",
+        "device": "cpu",
+        "gpus": 2,
+        "epochs": 3,
+        "batch_size": 8,
+        "optimizer": {"name": "adamw", "lr": 0.01},
+        "lr_scaling": "none",
     }
     spec.update(overrides)
     return spec

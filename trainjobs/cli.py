@@ -25,6 +25,15 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     try:
         sys.exit(args.handler(args) or 0)
+    except ModuleNotFoundError as error:
+        if args.extra is None or (error.name or "trainjobs").partition(".")[0] == "trainjobs":
+            raise
+        print(
+            f"error: this command needs the '{args.extra}' extra (no module {error.name!r}): "
+            f"pip install 'trainjobs[{args.extra}]'",
+            file=sys.stderr,
+        )
+        sys.exit(2)
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, item['loc'])) or 'spec'}: {item['msg']}" for item in error.errors())
         print(f"error: invalid spec: {problems}", file=sys.stderr)
@@ -43,37 +52,50 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainjobs", description=__doc__)
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
 
-    def command(name: str, handler, help_: str, client: bool = False) -> argparse.ArgumentParser:
+    # `extra`: what `pip install trainjobs[EXTRA]` a command needs beyond the bare client install.
+    def command(
+        name: str, handler, help_: str, client: bool = False, extra: str | None = None
+    ) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_, description=help_)
-        sub.set_defaults(handler=handler)
+        sub.set_defaults(handler=handler, extra=extra)
         if client:
-            sub.add_argument("--url", default=os.environ.get("TRAINJOBS_URL", "http://127.0.0.1:8000"),
-                             help="API address [$TRAINJOBS_URL or http://127.0.0.1:8000]")
-            sub.add_argument("--token", default=os.environ.get("TRAINJOBS_TOKEN"),
-                             help="bearer token [$TRAINJOBS_TOKEN]")
+            sub.add_argument(
+                "--url",
+                default=os.environ.get("TRAINJOBS_URL", "http://127.0.0.1:8000"),
+                help="API address [$TRAINJOBS_URL or http://127.0.0.1:8000]",
+            )
+            sub.add_argument(
+                "--token", default=os.environ.get("TRAINJOBS_TOKEN"), help="bearer token [$TRAINJOBS_TOKEN]"
+            )
         return sub
 
-    up = command("up", _up, "migrate, then run the API and one local worker in the foreground")
+    up = command("up", _up, "migrate, then run the API and one local worker in the foreground", extra="all")
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--port", type=int, default=8000)
     up.add_argument("--cpu-slots", type=int, default=2, help="cpu ranks the local worker may run at once")
 
-    command("migrate", _migrate, "apply the database migrations (alembic upgrade head)")
+    command("migrate", _migrate, "apply the database migrations (alembic upgrade head)", extra="server")
 
-    api = command("api", _api, "run the HTTP API alone")
+    api = command("api", _api, "run the HTTP API alone", extra="server")
     api.add_argument("--host", default="127.0.0.1")
     api.add_argument("--port", type=int, default=8000)
 
-    worker = command("worker", _worker, "run one worker pinned to the given devices")
+    worker = command("worker", _worker, "run one worker pinned to the given devices", extra="worker")
     devices = worker.add_mutually_exclusive_group(required=True)
     devices.add_argument("--gpus", help="comma-separated cuda device ids this worker owns, e.g. 0,1")
     devices.add_argument("--cpu-slots", type=int, help="number of cpu ranks this worker may run at once")
     worker.add_argument("--hostname", help="name shown for this worker [the host name]")
 
-    train = command("train", _train, "run a spec here, without the service, printing each epoch's metrics")
+    train = command(
+        "train", _train, "run a spec here, without the service, printing each epoch's metrics", extra="worker"
+    )
     train.add_argument("spec", type=Path)
-    train.add_argument("--workdir", type=Path, default=Path(".trainjobs/local"),
-                       help="checkpoints and rank files go here [.trainjobs/local]")
+    train.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path(".trainjobs/local"),
+        help="checkpoints and rank files go here [.trainjobs/local]",
+    )
     train.add_argument("--resume", help="a checkpoint file under WORKDIR/checkpoints to continue from")
 
     data = commands.add_parser("data", help="prepare data sets").add_subparsers(metavar="ACTION")
@@ -82,28 +104,34 @@ def _parser() -> argparse.ArgumentParser:
     pack.add_argument("output", type=Path, help="the .h5 file to write (put it under TRAINJOBS_DATA_ROOT)")
     pack.add_argument("--length", type=int, default=1024, help="samples per clip [1024]")
     pack.add_argument("--mu", type=int, default=256, help="mu-law levels [256]")
-    pack.set_defaults(handler=_data_pack)
+    pack.set_defaults(handler=_data_pack, extra="worker")
 
     token = commands.add_parser("token", help="manage API tokens (on the server)").add_subparsers(metavar="ACTION")
     create = token.add_parser("create", help="create a token; prints it as the last line")
     create.add_argument("--owner", required=True)
     create.add_argument("--admin", action="store_true", help="may see every owner's jobs")
-    create.set_defaults(handler=_token_create)
-    token.add_parser("list", help="list tokens (never the tokens themselves)").set_defaults(handler=_token_list)
+    create.set_defaults(handler=_token_create, extra="server")
+    token.add_parser("list", help="list tokens (never the tokens themselves)").set_defaults(
+        handler=_token_list, extra="server"
+    )
     revoke = token.add_parser("revoke", help="revoke a token by its id (from `token list`)")
     revoke.add_argument("token_id")
-    revoke.set_defaults(handler=_token_revoke)
+    revoke.set_defaults(handler=_token_revoke, extra="server")
 
     submit = command("submit", _submit, "submit a job spec (JSON or YAML); prints the job id", client=True)
     submit.add_argument("spec", type=Path)
-    submit.add_argument("--watch", action="store_true", help="follow the job until it ends; exit 0 only if it succeeded")
+    submit.add_argument(
+        "--watch", action="store_true", help="follow the job until it ends; exit 0 only if it succeeded"
+    )
     submit.add_argument("--idempotency-key")
 
     command("jobs", _jobs, "list jobs, newest first", client=True).add_argument("--state")
-    for name, handler, help_ in (("status", _status, "print a job as JSON"),
-                                 ("watch", _watch, "follow a job with a progress bar until it ends; exit 0 only if it succeeded"),
-                                 ("cancel", _cancel, "cancel a job (a running one has its ranks ended)"),
-                                 ("metrics", _metrics, "print a job's per-epoch metrics")):
+    for name, handler, help_ in (
+        ("status", _status, "print a job as JSON"),
+        ("watch", _watch, "follow a job with a progress bar until it ends; exit 0 only if it succeeded"),
+        ("cancel", _cancel, "cancel a job (a running one has its ranks ended)"),
+        ("metrics", _metrics, "print a job's per-epoch metrics"),
+    ):
         command(name, handler, help_, client=True).add_argument("job_id")
     logs = command("logs", _logs, "print every rank's output, lines prefixed [rank N]", client=True)
     logs.add_argument("job_id")
@@ -124,7 +152,7 @@ def _settings():
 
 
 def _migrate(_args) -> None:
-    from service.migrate import upgrade_to_head
+    from trainjobs.service.migrate import upgrade_to_head
 
     upgrade_to_head(_settings().sql_url)
     print("database is at the latest schema")
@@ -133,14 +161,14 @@ def _migrate(_args) -> None:
 def _api(args) -> None:
     import uvicorn
 
-    from service.api.app import create_app
+    from trainjobs.service.api.app import create_app
 
     uvicorn.run(create_app(_settings()), host=args.host, port=args.port, log_level="info")
 
 
 def _worker(args) -> None:
-    from worker.celery_app import run_worker
-    from worker.devices import DevicePool
+    from trainjobs.worker.celery_app import run_worker
+    from trainjobs.worker.devices import DevicePool
 
     if args.gpus:
         pool = DevicePool("cuda", [int(part) for part in args.gpus.split(",") if part.strip()])
@@ -153,26 +181,29 @@ def _worker(args) -> None:
 
 def _train(args) -> int:
     from trainjobs.contract.spec import JobSpec
-    from worker.local_run import local_request, train_locally
+    from trainjobs.worker.local_run import local_request, train_locally
 
     spec = JobSpec.model_validate(_read_spec(args.spec))
     request = local_request(spec, args.workdir.resolve(), _settings().data_root_path, resume_path=args.resume)
-    print(f"{request.job_id}: {spec.world_size} {spec.device} rank(s); checkpoints in {request.checkpoint_dir}", flush=True)
+    print(
+        f"{request.job_id}: {spec.world_size} {spec.device} rank(s); checkpoints in {request.checkpoint_dir}",
+        flush=True,
+    )
     outcome = train_locally(request)
     print(f"{outcome.state} ({outcome.stop_reason})" + (f": {outcome.error}" if outcome.error else ""))
     return 0 if outcome.state == "succeeded" else 1
 
 
 def _data_pack(args) -> None:
-    from worker.trainer.data.hdf5 import pack_wav_folder
+    from trainjobs.worker.trainer.data.hdf5 import pack_wav_folder
 
     clips = pack_wav_folder(args.wav_folder, args.output, args.length, args.mu)
     print(f"wrote {clips} clips of {args.length + 1} mu-law codes (mu={args.mu}) to {args.output}")
 
 
 def _token_create(args) -> None:
-    from service.auth import create_token
-    from service.db import make_engine, make_session_factory, transaction
+    from trainjobs.service.auth import create_token
+    from trainjobs.service.db import make_engine, make_session_factory, transaction
 
     with transaction(make_session_factory(make_engine(_settings().sql_url))) as session:
         token = create_token(session, args.owner, args.admin)
@@ -181,20 +212,23 @@ def _token_create(args) -> None:
 
 
 def _token_list(_args) -> None:
-    from service.db import make_engine, make_session_factory, transaction
-    from service.repositories import api_tokens
+    from trainjobs.service.db import make_engine, make_session_factory, transaction
+    from trainjobs.service.repositories import api_tokens
 
     with transaction(make_session_factory(make_engine(_settings().sql_url))) as session:
         rows = api_tokens.list_all(session)
         print(f"{'ID':<18} {'OWNER':<20} {'ADMIN':<6} {'CREATED':<26} REVOKED")
         for row in rows:
-            print(f"{row.id:<18} {row.owner:<20} {'yes' if row.is_admin else 'no':<6} "
-                  f"{row.created_at.isoformat(timespec='seconds'):<26} {row.revoked_at.isoformat(timespec='seconds') if row.revoked_at else ''}")
+            revoked = row.revoked_at.isoformat(timespec="seconds") if row.revoked_at else ""
+            print(
+                f"{row.id:<18} {row.owner:<20} {'yes' if row.is_admin else 'no':<6} "
+                f"{row.created_at.isoformat(timespec='seconds'):<26} {revoked}"
+            )
 
 
 def _token_revoke(args) -> None:
-    from service.db import make_engine, make_session_factory, transaction
-    from service.repositories import api_tokens
+    from trainjobs.service.db import make_engine, make_session_factory, transaction
+    from trainjobs.service.repositories import api_tokens
 
     with transaction(make_session_factory(make_engine(_settings().sql_url))) as session:
         if not api_tokens.revoke(session, args.token_id):
@@ -203,8 +237,8 @@ def _token_revoke(args) -> None:
 
 
 def _up(args) -> None:
-    from service.auth import create_token
-    from service.db import make_engine, make_session_factory, transaction
+    from trainjobs.service.auth import create_token
+    from trainjobs.service.db import make_engine, make_session_factory, transaction
 
     _migrate(args)
     settings = _settings()
@@ -271,14 +305,14 @@ def _logs(args) -> None:
     if not args.follow:
         sys.stdout.write(client.logs(args.job_id, args.tail))
         return
-    printed: dict[str, int] = {}   # lines already shown, per rank
+    printed: dict[str, int] = {}  # lines already shown, per rank
     while True:
         job = client.job(args.job_id)
         by_rank: dict[str, list[str]] = {}
         for line in client.logs(args.job_id).splitlines():
             by_rank.setdefault(line.split("]", 1)[0], []).append(line)
         for rank, lines in by_rank.items():
-            for line in lines[printed.get(rank, 0):]:
+            for line in lines[printed.get(rank, 0) :]:
                 print(line, flush=True)
             printed[rank] = len(lines)
         if job["state"] in TERMINAL_STATES:
@@ -288,11 +322,15 @@ def _logs(args) -> None:
 
 def _metrics(args) -> None:
     rows = _client(args).metrics(args.job_id)
-    print(f"{'EPOCH':>5} {'TRAIN_LOSS':>11} {'VAL_LOSS':>10} {'VAL_ACC':>8} {'LR':>10} {'SECONDS':>8} {'SAMPLES/S':>10}")
+    print(
+        f"{'EPOCH':>5} {'TRAIN_LOSS':>11} {'VAL_LOSS':>10} {'VAL_ACC':>8} {'LR':>10} {'SECONDS':>8} {'SAMPLES/S':>10}"
+    )
     for row in rows:
         accuracy = f"{row['val_accuracy']:.4f}" if row.get("val_accuracy") is not None else "-"
-        print(f"{row['epoch']:>5} {row['train_loss']:>11.4f} {row['val_loss']:>10.4f} {accuracy:>8} "
-              f"{row['lr']:>10.3g} {row['epoch_seconds']:>8.2f} {row['samples_per_second']:>10.1f}")
+        print(
+            f"{row['epoch']:>5} {row['train_loss']:>11.4f} {row['val_loss']:>10.4f} {accuracy:>8} "
+            f"{row['lr']:>10.3g} {row['epoch_seconds']:>8.2f} {row['samples_per_second']:>10.1f}"
+        )
 
 
 def _follow(client: TrainJobsClient, job_id: str) -> int:
@@ -319,7 +357,7 @@ class Progress:
     def __init__(self, interactive: bool, width: int = 24):
         self.interactive = interactive
         self.width = width
-        self.last = None
+        self.last: str | None = None
 
     def show(self, job: dict) -> None:
         line = self.line(job)
@@ -342,8 +380,10 @@ class Progress:
         text = f"{job['id']} [{'#' * filled}{'.' * (self.width - filled)}] epoch {done}/{total} {job['state']}"
         metrics = job.get("metrics")
         if metrics:
-            text += (f" | train {metrics['train_loss']:.4f} val {metrics['val_loss']:.4f}"
-                     f" | {metrics['samples_per_second']:.0f} samples/s")
+            text += (
+                f" | train {metrics['train_loss']:.4f} val {metrics['val_loss']:.4f}"
+                f" | {metrics['samples_per_second']:.0f} samples/s"
+            )
             if job["state"] == "running" and done < total:
                 text += f" | ETA {_duration(metrics['epoch_seconds'] * (total - done))}"
         if job.get("waiting_reason") and job["state"] == "queued":

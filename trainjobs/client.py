@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 
@@ -42,7 +42,7 @@ _ERRORS = {401: Unauthorized, 404: NotFound, 409: Conflict, 413: InvalidRequest,
 @dataclass(frozen=True)
 class Event:
     id: int
-    kind: str          # "state", "metrics" or "checkpoint"
+    kind: str  # "state", "metrics" or "checkpoint"
     data: dict[str, Any]
 
 
@@ -72,7 +72,7 @@ class TrainJobsClient:
         return response.text
 
     def workers(self) -> list[dict[str, Any]]:
-        return self._json("GET", "/v1/workers")["items"]
+        return self._items("/v1/workers")
 
     def events(self, job_id: str, after: int = 0) -> Iterator[Event]:
         """The job's server-sent events from after `after`, until its terminal state; a dropped
@@ -80,8 +80,9 @@ class TrainJobsClient:
         while True:
             headers = {"Last-Event-ID": str(after)} if after else {}
             try:
-                with self.http.stream("GET", f"/v1/jobs/{job_id}/events", headers=headers,
-                                      timeout=httpx.Timeout(30.0, read=60.0)) as response:
+                with self.http.stream(
+                    "GET", f"/v1/jobs/{job_id}/events", headers=headers, timeout=httpx.Timeout(30.0, read=60.0)
+                ) as response:
                     if response.status_code >= 400:
                         response.read()
                         _raise_for(response)
@@ -93,10 +94,10 @@ class TrainJobsClient:
                 continue
 
     def metrics(self, job_id: str) -> list[dict[str, Any]]:
-        return self._json("GET", f"/v1/jobs/{job_id}/metrics")["items"]
+        return self._items(f"/v1/jobs/{job_id}/metrics")
 
     def checkpoints(self, job_id: str) -> list[dict[str, Any]]:
-        return self._json("GET", f"/v1/jobs/{job_id}/checkpoints")["items"]
+        return self._items(f"/v1/jobs/{job_id}/checkpoints")
 
     def download_checkpoint(self, job_id: str, checkpoint_id: str, destination: Path) -> Path:
         with self.http.stream("GET", f"/v1/jobs/{job_id}/checkpoints/{checkpoint_id}") as response:
@@ -108,15 +109,19 @@ class TrainJobsClient:
                     file.write(chunk)
         return destination
 
-    def _json(self, method: str, path: str, **kwargs) -> Any:
+    def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         response = self.http.request(method, path, **kwargs)
         if response.status_code >= 400:
             _raise_for(response)
-        return response.json()
+        return cast(dict[str, Any], response.json())
+
+    def _items(self, path: str) -> list[dict[str, Any]]:
+        return cast(list[dict[str, Any]], self._json("GET", path)["items"])
 
 
 def _parse_sse(lines: Iterator[str]) -> Iterator[Event]:
-    event_id, kind, data = None, "message", []
+    event_id: str | None = None
+    kind, data = "message", list[str]()
     for line in lines:
         if line == "":
             if data and event_id is not None:

@@ -18,8 +18,12 @@ class Settings(BaseSettings):
     home: Path = Field(Path.home() / ".trainjobs", description="data dir for the defaults below")
     database_url: str | None = Field(None, description="SQLAlchemy URL; SQLite under home if unset")
     redis_url: str = "redis://127.0.0.1:6379/0"
-    namespace: str = Field("trainjobs", pattern=r"^[A-Za-z0-9_.-]{1,64}$",
-                           description="prefix of Redis keys and Celery queues, so stacks can share a Redis")
+    redis_timeout_seconds: float = Field(10.0, gt=0.0, description="Redis connect and read timeout")
+    namespace: str = Field(
+        "trainjobs",
+        pattern=r"^[A-Za-z0-9_.-]{1,64}$",
+        description="prefix of Redis keys and Celery queues, so stacks can share a Redis",
+    )
     data_root: Path | None = Field(None, description="datasets read files only under it [home/data]")
     checkpoint_dir: Path | None = Field(None, description="checkpoint store [home/checkpoints]")
     run_dir: Path | None = Field(None, description="per-run scratch: rank logs, results [home/runs]")
@@ -27,19 +31,29 @@ class Settings(BaseSettings):
     # Dispatch, leases and recovery.
     lease_seconds: float = Field(30.0, gt=1.0, description="a claimed job's lease; renewed every third of it")
     sweep_interval_seconds: float = Field(2.0, gt=0.0)
-    outbox_grace_seconds: float = Field(5.0, ge=0.0, description="the sweeper leaves younger intents to the request that made them")
+    outbox_grace_seconds: float = Field(
+        5.0, ge=0.0, description="the sweeper leaves younger intents to the request that made them"
+    )
     broker_visibility_timeout: int = Field(3600, ge=1)
-    process_group_timeout_seconds: float = Field(120.0, gt=0.0, description="a stalled collective fails the job after this")
+    process_group_timeout_seconds: float = Field(
+        120.0, gt=0.0, description="a stalled collective fails the job after this"
+    )
     max_attempts: int = Field(3, ge=1, description="attempts of a job whose worker is lost, before it fails")
     heartbeat_seconds: float = Field(5.0, gt=0.0, description="how often a worker reports itself")
     worker_lost_seconds: float = Field(30.0, gt=0.0, description="a worker silent this long is shown as lost")
 
     # API.
     max_request_bytes: int = Field(1024 * 1024, ge=1024)
-    api_threads: int = Field(8, ge=1, le=256, description=(
-        "threads that run the API's (sync) request handlers. Few beat many: handlers are short and "
-        "hold the GIL, and on 2 cores 40 threads (anyio's default) served half the requests per "
-        "second of 2 to 8 under 50 clients, with p99 three times longer (BENCHMARKS.md)"))
+    api_threads: int = Field(
+        8,
+        ge=1,
+        le=256,
+        description=(
+            "threads that run the API's (sync) request handlers. Few beat many: handlers are short and "
+            "hold the GIL, and on 2 cores 40 threads (anyio's default) served half the requests per "
+            "second of 2 to 8 under 50 clients, with p99 three times longer (BENCHMARKS.md)"
+        ),
+    )
     run_background: bool = Field(True, description="run the collector and sweeper inside the API process")
 
     @field_validator("database_url")

@@ -2,7 +2,10 @@
 
 The pool is threads, one per device (slot): a task thread only claims the job, starts the
 launcher process and keeps the job's lease alive while it runs; the ranks are the launcher's
-children (see worker/launcher.py for why not Celery's prefork children).
+children (see trainjobs.worker.launcher for why not Celery's prefork children).
+
+The process holds one Redis client (heartbeat, fleet reads, reports) and one Celery app, both
+from trainjobs.connections.
 """
 
 from __future__ import annotations
@@ -11,28 +14,40 @@ import logging
 import socket
 import time
 
+import redis
 from celery import Celery
 
-from service.db import make_engine, make_session_factory
-from trainjobs.contract.dispatch import RUN_JOB_TASK, make_celery, queue_for
+from trainjobs.connections import celery_app, redis_client
+from trainjobs.contract.dispatch import RUN_JOB_TASK, queue_for
+from trainjobs.contract.workers import live_workers
+from trainjobs.service.db import make_engine, make_session_factory
 from trainjobs.settings import Settings
-from worker.devices import DevicePool
-from worker.heartbeat import Heartbeat
-from worker.job_runner import JobRunner
+from trainjobs.worker.devices import DevicePool
+from trainjobs.worker.heartbeat import Heartbeat
+from trainjobs.worker.job_runner import JobRunner
+from trainjobs.worker.reporter import EventReporter
 
 log = logging.getLogger(__name__)
 
 RETRY_PAUSE_SECONDS = 0.5
 
 
-def create_worker_app(settings: Settings, pool: DevicePool, hostname: str) -> Celery:
-    app = make_celery("trainjobs-worker", settings.redis_url, settings.broker_visibility_timeout)
+def create_worker_app(settings: Settings, pool: DevicePool, hostname: str, client: redis.Redis) -> Celery:
+    app = celery_app("trainjobs-worker", settings)
     queue = queue_for(settings.namespace, pool.kind)
 
     def send_again(job_id: str) -> None:
         app.send_task(RUN_JOB_TASK, args=[job_id], queue=queue)
 
-    runner = JobRunner(settings, make_session_factory(make_engine(settings.sql_url)), pool, hostname, send_again)
+    runner = JobRunner(
+        settings,
+        make_session_factory(make_engine(settings.sql_url)),
+        pool,
+        hostname,
+        send_again,
+        live_workers=lambda: live_workers(client, settings.workers_key, settings.worker_lost_seconds),
+        reporter=lambda job_id, attempt: EventReporter(client, settings.events_stream, job_id, attempt),
+    )
 
     @app.task(name=RUN_JOB_TASK, bind=True, max_retries=None)
     def run_job(task, job_id: str) -> None:
@@ -57,12 +72,18 @@ def create_worker_app(settings: Settings, pool: DevicePool, hostname: str) -> Ce
 
 def run_worker(settings: Settings, pool: DevicePool, hostname: str | None = None) -> None:
     hostname = hostname or socket.gethostname()
-    app = create_worker_app(settings, pool, hostname)
-    heartbeat = Heartbeat(settings.redis_url, settings.workers_key, hostname, pool, settings.heartbeat_seconds)
-    heartbeat.start()
-    app.worker_main([
-        "worker", "--pool=threads", f"--concurrency={pool.size}",
-        f"--queues={queue_for(settings.namespace, pool.kind)}",
-        f"--hostname={settings.namespace}@{hostname}", "--loglevel=INFO",
-        "--without-gossip", "--without-mingle",
-    ])
+    client = redis_client(settings)
+    app = create_worker_app(settings, pool, hostname, client)
+    Heartbeat(client, settings.workers_key, hostname, pool, settings.heartbeat_seconds).start()
+    app.worker_main(
+        [
+            "worker",
+            "--pool=threads",
+            f"--concurrency={pool.size}",
+            f"--queues={queue_for(settings.namespace, pool.kind)}",
+            f"--hostname={settings.namespace}@{hostname}",
+            "--loglevel=INFO",
+            "--without-gossip",
+            "--without-mingle",
+        ]
+    )

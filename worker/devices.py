@@ -16,8 +16,8 @@ def core_share(parts: int) -> int:
 
 @dataclass(frozen=True)
 class DeviceLease:
-    kind: str                 # "cuda" or "cpu"
-    ids: tuple[int, ...]      # cuda device ids, or cpu slot numbers
+    kind: str  # "cuda" or "cpu"
+    ids: tuple[int, ...]  # cuda device ids, or cpu slot numbers
     job_id: str
 
 

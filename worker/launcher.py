@@ -30,8 +30,8 @@ import torch.multiprocessing as mp
 
 from trainjobs.contract.events import StateChange
 from trainjobs.contract.run import RankResult, RunRequest
-from worker.rank import run_rank
-from worker.reporter import reporter_for
+from trainjobs.worker.rank import run_rank
+from trainjobs.worker.reporter import reporter_for
 
 log = logging.getLogger("trainjobs.launcher")
 
@@ -44,8 +44,9 @@ def rendezvous_store(world_size: int, timeout_seconds: float) -> dist.TCPStore:
     The store binds a port the kernel picks and keeps it. Probing for a free port and handing
     its number to rank 0 to bind later would race with every other socket on the host (a
     client's outgoing connection can take that port in between) and fail the job."""
-    return dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False,
-                         timeout=timedelta(seconds=timeout_seconds))
+    return dist.TCPStore(
+        "127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_seconds)
+    )
 
 
 def launch(request: RunRequest, parent_pid: int | None = None) -> StateChange | None:
@@ -68,12 +69,16 @@ def launch(request: RunRequest, parent_pid: int | None = None) -> StateChange | 
                 log.error("worker %s is gone; ending ranks", parent_pid)
                 return None
             if deadline is not None and time.monotonic() > deadline:
-                return StateChange(state="failed", stop_reason="timeout",
-                                   error=f"ran past max_runtime_seconds={spec.max_runtime_seconds}")
+                return StateChange(
+                    state="failed",
+                    stop_reason="timeout",
+                    error=f"ran past max_runtime_seconds={spec.max_runtime_seconds}",
+                )
     finally:
         _end_ranks(context)
-    return _success(request) or StateChange(state="failed", stop_reason="error",
-                                            error="all ranks exited but rank 0 wrote no result")
+    return _success(request) or StateChange(
+        state="failed", stop_reason="error", error="all ranks exited but rank 0 wrote no result"
+    )
 
 
 def _failure_or_late_success(request: RunRequest, rank: int, exit_code: int) -> StateChange:
@@ -116,8 +121,7 @@ def main() -> None:
     outcome = launch(request, parent_pid)
     if outcome is None:
         sys.exit(3)
-    reporter = reporter_for(request)
-    reporter.send(outcome)
+    reporter_for(request).send(outcome)
     log.info("job %s attempt %d: %s %s", request.job_id, request.attempt, outcome.state, outcome.stop_reason or "")
 
 

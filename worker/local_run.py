@@ -12,19 +12,30 @@ from pathlib import Path
 from trainjobs.contract.events import StateChange
 from trainjobs.contract.run import RunRequest
 from trainjobs.contract.spec import JobSpec
-from worker.launcher import launch
+from trainjobs.worker.launcher import launch
 
 
-def local_request(spec: JobSpec, workdir: Path, data_root: Path, resume_path: str | None = None,
-                  init_path: str | None = None, job_id: str | None = None) -> RunRequest:
+def local_request(
+    spec: JobSpec,
+    workdir: Path,
+    data_root: Path,
+    resume_path: str | None = None,
+    init_path: str | None = None,
+    job_id: str | None = None,
+) -> RunRequest:
     job_id = job_id or "local-" + secrets.token_hex(4)
     run_path = workdir / "runs" / job_id
     run_path.mkdir(parents=True, exist_ok=True)
     return RunRequest(
-        job_id=job_id, attempt=1, spec=spec,
+        job_id=job_id,
+        attempt=1,
+        spec=spec,
         devices=[],  # no lease: rank i takes the i-th GPU this shell sees
-        run_dir=str(run_path), checkpoint_dir=str(workdir / "checkpoints"), data_root=str(data_root),
-        resume_path=resume_path, init_path=init_path,
+        run_dir=str(run_path),
+        checkpoint_dir=str(workdir / "checkpoints"),
+        data_root=str(data_root),
+        resume_path=resume_path,
+        init_path=init_path,
     )
 
 

@@ -23,58 +23,72 @@ def run_rank(rank: int, request: RunRequest, store_port: int) -> None:
         _redirect_output(request, rank)
     exit_code = 0
     try:
-        stop_reason, epoch = _train(rank, request, store_port)
+        stop_reason = train_rank(rank, request, store_port)
         if rank == 0:
-            result = RankResult(stop_reason=stop_reason, epoch=epoch)
+            result = RankResult(stop_reason=stop_reason)
             (request.run_path / "result.json").write_text(result.model_dump_json())
     except BaseException:
         exit_code = 1
         (request.run_path / f"rank{rank}.error").write_text(traceback.format_exc())
         traceback.print_exc()
     finally:
-        if dist.is_initialized():
-            if exit_code == 0:
-                dist.destroy_process_group()
+        if dist.is_initialized() and exit_code == 0:
+            dist.destroy_process_group()
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(exit_code)
 
 
-def _train(rank: int, request: RunRequest, store_port: int) -> tuple[str, int]:
+def train_rank(rank: int, request: RunRequest, store_port: int) -> str:
+    """Set up this rank's process group, build the job's parts, train; return the stop reason."""
     # Imported here: the spawned interpreter pays for torch only once it is a rank.
     from pathlib import Path
 
-    from worker.reporter import reporter_for
-    from worker.trainer.checkpoints import CheckpointStore
-    from worker.trainer.distributed import init_rank
-    from worker.trainer.trainer import Trainer
-
     import torch
 
+    from trainjobs.worker.reporter import reporter_for
+    from trainjobs.worker.trainer.builder import build_parts
+    from trainjobs.worker.trainer.checkpoints import Checkpointer, LocalDirStorage
+    from trainjobs.worker.trainer.distributed import init_rank
+    from trainjobs.worker.trainer.trainer import Trainer
+
     spec = request.spec
-    context = init_rank(rank, spec.world_size, store_port, spec.device, request.process_group_timeout_seconds,
-                        leased_gpus=request.devices, threads=request.threads_per_rank)
-    print(f"rank {rank} of {spec.world_size} on {context.device} ({torch.get_num_threads()} threads, "
-          f"torch {torch.__version__}), job {request.job_id} attempt {request.attempt}", flush=True)
-    store = CheckpointStore(Path(request.checkpoint_dir))
-    reporter = reporter_for(request) if context.is_main else None
-    trainer = Trainer(spec, request.job_id, context, store, Path(request.data_root), reporter)
+    context = init_rank(
+        rank,
+        spec.world_size,
+        store_port,
+        spec.device,
+        request.process_group_timeout_seconds,
+        leased_gpus=request.devices,
+        threads=request.threads_per_rank,
+    )
+    print(
+        f"rank {rank} of {spec.world_size} on {context.device} ({torch.get_num_threads()} threads, "
+        f"torch {torch.__version__}), job {request.job_id} attempt {request.attempt}",
+        flush=True,
+    )
+    report = reporter_for(request).send if context.is_main else None
+    checkpointer = Checkpointer(
+        LocalDirStorage(Path(request.checkpoint_dir)), request.job_id, spec.checkpoint.keep_last, report
+    )
+    trainer = Trainer(spec, build_parts(spec, context, Path(request.data_root)), context, checkpointer, report)
     if request.resume_path:
-        trainer.load_state_dict(store.load(request.resume_path))
+        trainer.load_state_dict(checkpointer.load(request.resume_path))
         print(f"resumed from {request.resume_path} after epoch {trainer.epoch}", flush=True)
     elif request.init_path:
-        skipped = trainer.load_weights(store.load(request.init_path)["model"])
+        skipped = trainer.load_weights(checkpointer.load(request.init_path)["model"])
         print(f"initialised from {request.init_path}; skipped keys: {skipped or 'none'}", flush=True)
     stop_reason = trainer.fit()
     # Every rank reaches this barrier only after rank 0 wrote and reported its last checkpoint.
     dist.barrier()
     print(f"rank {rank} done after epoch {trainer.epoch}: {stop_reason}", flush=True)
-    return stop_reason, trainer.epoch
+    return stop_reason
 
 
 def _redirect_output(request: RunRequest, rank: int) -> None:
-    log = open(request.run_path / f"rank{rank}.log", "ab", buffering=0)
-    os.dup2(log.fileno(), 1)
-    os.dup2(log.fileno(), 2)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)
-    sys.stderr = open(2, "w", buffering=1, closefd=False)
+    with open(request.run_path / f"rank{rank}.log", "ab", buffering=0) as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+    # The rank's streams for the rest of its life: over the log file's copies in fds 1 and 2.
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 import redis
 from pydantic import BaseModel
@@ -21,8 +22,8 @@ log = logging.getLogger(__name__)
 
 
 class EventReporter:
-    def __init__(self, redis_url: str, stream: str, job_id: str, attempt: int, patience_seconds: float = 120.0):
-        self.client = redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5)
+    def __init__(self, client: redis.Redis, stream: str, job_id: str, attempt: int, patience_seconds: float = 120.0):
+        self.client = client  # the process's one Redis client
         self.stream = stream
         self.job_id = job_id
         self.attempt = attempt
@@ -33,16 +34,13 @@ class EventReporter:
         deadline = time.monotonic() + self.patience_seconds
         while True:
             try:
-                self.client.xadd(self.stream, fields)
+                self.client.xadd(self.stream, dict[Any, Any](fields))
                 return
             except (redis.ConnectionError, redis.TimeoutError) as error:
                 if time.monotonic() > deadline:
                     raise
                 log.warning("redis unavailable (%s); retrying event %s", error, fields["kind"])
                 time.sleep(1.0)
-
-    def close(self) -> None:
-        self.client.close()
 
 
 class ConsoleReporter:
@@ -59,8 +57,11 @@ class ConsoleReporter:
         match payload:
             case EpochMetrics():
                 accuracy = f" val_acc {payload.val_accuracy:.4f}" if payload.val_accuracy is not None else ""
-                line = (f"epoch {payload.epoch}: train_loss {payload.train_loss:.4f} val_loss {payload.val_loss:.4f}"
-                        f"{accuracy} lr {payload.lr:.3g} {payload.epoch_seconds:.2f}s {payload.samples_per_second:.1f} samples/s")
+                line = (
+                    f"epoch {payload.epoch}: train_loss {payload.train_loss:.4f} val_loss {payload.val_loss:.4f}"
+                    f"{accuracy} lr {payload.lr:.3g} {payload.epoch_seconds:.2f}s "
+                    f"{payload.samples_per_second:.1f} samples/s"
+                )
             case CheckpointRecord():
                 line = f"checkpoint {payload.path}{' (best)' if payload.is_best else ''}"
             case CheckpointRemoved():
@@ -71,11 +72,11 @@ class ConsoleReporter:
                 line = payload.model_dump_json()
         print(line, flush=True)
 
-    def close(self) -> None:
-        pass
-
 
 def reporter_for(request: RunRequest) -> EventReporter | ConsoleReporter:
     if request.is_local:
         return ConsoleReporter(request.run_path)
-    return EventReporter(request.redis_url, request.events_stream, request.job_id, request.attempt)
+    # The launcher and rank 0 are processes of their own: each builds its one client here.
+    assert request.redis_url is not None and request.events_stream is not None
+    client = redis.Redis.from_url(request.redis_url, socket_timeout=10, socket_connect_timeout=5)
+    return EventReporter(client, request.events_stream, request.job_id, request.attempt)

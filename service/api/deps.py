@@ -13,22 +13,24 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated
 
+import redis
 from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
-from service.auth import Principal, authenticate
-from service.db import run_on_commit_callbacks
-from service.dispatch import Dispatcher
+from trainjobs.service.auth import Principal, authenticate
+from trainjobs.service.db import run_on_commit_callbacks
+from trainjobs.service.dispatch import Dispatcher
 from trainjobs.settings import Settings
 
 
 @dataclass
 class AppState:
     settings: Settings
-    sessions: sessionmaker[Session]        # for requests that write
-    read_sessions: sessionmaker[Session]   # for GET requests (on SQLite: never wait for writers)
+    sessions: sessionmaker[Session]  # for requests that write
+    read_sessions: sessionmaker[Session]  # for GET requests (on SQLite: never wait for writers)
     dispatcher: Dispatcher
+    redis: redis.Redis  # the process's one Redis client
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, His
 from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
 
-from service.api.deps import AppState, State
-from service.repositories import jobs
-from service.tables import EpochMetricsRow
 from trainjobs.contract.dispatch import queue_for
+from trainjobs.service.api.deps import AppState, State
+from trainjobs.service.repositories import jobs
+from trainjobs.service.tables import EpochMetricsRow
 
 router = APIRouter(tags=["health"])
 
@@ -24,12 +24,17 @@ class ApiMetrics:
     def __init__(self):
         self.registry = CollectorRegistry()
         self.jobs = Gauge("trainjobs_jobs", "jobs by state", ["state"], registry=self.registry)
-        self.queue_depth = Gauge("trainjobs_queue_depth", "run messages waiting in the broker", ["device"],
-                                 registry=self.registry)
+        self.queue_depth = Gauge(
+            "trainjobs_queue_depth", "run messages waiting in the broker", ["device"], registry=self.registry
+        )
         self.epochs = Gauge("trainjobs_epochs_finished", "epochs finished, all jobs", registry=self.registry)
-        self.latency = Histogram("trainjobs_api_request_seconds", "API request latency",
-                                 ["method", "route", "status"], registry=self.registry,
-                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+        self.latency = Histogram(
+            "trainjobs_api_request_seconds",
+            "API request latency",
+            ["method", "route", "status"],
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
 
     def refresh(self, state: AppState) -> None:
         with state.read_sessions() as session:
@@ -38,14 +43,11 @@ class ApiMetrics:
         for job_state in ("queued", "running", "cancelling", "succeeded", "failed", "cancelled"):
             self.jobs.labels(job_state).set(counts.get(job_state, 0))
         self.epochs.set(epochs or 0)
-        client = redis.Redis.from_url(state.settings.redis_url, socket_timeout=2)
         try:
             for device in ("cpu", "cuda"):
-                self.queue_depth.labels(device).set(client.llen(queue_for(state.settings.namespace, device)))
+                self.queue_depth.labels(device).set(state.redis.llen(queue_for(state.settings.namespace, device)))
         except redis.RedisError:
             pass
-        finally:
-            client.close()
 
 
 class LatencyMiddleware:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.tables import ApiTokenRow, utcnow
+from trainjobs.service.tables import ApiTokenRow, utcnow
 
 
 def add(session: Session, token: ApiTokenRow) -> None:

@@ -5,25 +5,37 @@ from __future__ import annotations
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from service.repositories.idempotent_writes import upsert
-from service.tables import CheckpointRow
 from trainjobs.contract.events import CheckpointRecord
+from trainjobs.service.repositories.idempotent_writes import upsert
+from trainjobs.service.tables import CheckpointRow
 
 
 def record(session: Session, job_id: str, checkpoint: CheckpointRecord) -> None:
     """The file's latest write wins: a later attempt that re-runs an epoch rewrites its file (on
     cuda not always bit-identically), and the row must describe the file now on disk."""
-    upsert(session, CheckpointRow.__table__, {
-        "id": checkpoint.id, "job_id": job_id, "epoch": checkpoint.epoch, "path": checkpoint.path,
-        "size_bytes": checkpoint.size_bytes, "sha256": checkpoint.sha256,
-        "is_best": checkpoint.is_best, "created_at": checkpoint.created_at,
-    })
+    upsert(
+        session,
+        CheckpointRow.__table__,
+        {
+            "id": checkpoint.id,
+            "job_id": job_id,
+            "epoch": checkpoint.epoch,
+            "path": checkpoint.path,
+            "size_bytes": checkpoint.size_bytes,
+            "sha256": checkpoint.sha256,
+            "is_best": checkpoint.is_best,
+            "created_at": checkpoint.created_at,
+        },
+    )
 
 
 def mark_best(session: Session, job_id: str, checkpoint_id: str) -> None:
-    session.execute(update(CheckpointRow).where(CheckpointRow.job_id == job_id)
-                    .values(is_best=CheckpointRow.id == checkpoint_id)
-                    .execution_options(synchronize_session=False))
+    session.execute(
+        update(CheckpointRow)
+        .where(CheckpointRow.job_id == job_id)
+        .values(is_best=CheckpointRow.id == checkpoint_id)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def remove(session: Session, checkpoint_id: str) -> None:
@@ -35,14 +47,14 @@ def get(session: Session, checkpoint_id: str) -> CheckpointRow | None:
 
 
 def for_job(session: Session, job_id: str) -> list[CheckpointRow]:
-    return list(session.scalars(
-        select(CheckpointRow).where(CheckpointRow.job_id == job_id)
-        .order_by(CheckpointRow.epoch, CheckpointRow.id)
-    ))
+    return list(
+        session.scalars(
+            select(CheckpointRow).where(CheckpointRow.job_id == job_id).order_by(CheckpointRow.epoch, CheckpointRow.id)
+        )
+    )
 
 
 def latest_for_job(session: Session, job_id: str) -> CheckpointRow | None:
     return session.scalars(
-        select(CheckpointRow).where(CheckpointRow.job_id == job_id)
-        .order_by(CheckpointRow.epoch.desc()).limit(1)
+        select(CheckpointRow).where(CheckpointRow.job_id == job_id).order_by(CheckpointRow.epoch.desc()).limit(1)
     ).one_or_none()

@@ -7,18 +7,22 @@ from datetime import datetime
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from service.tables import DispatchIntentRow, utcnow
+from trainjobs.service.tables import DispatchIntentRow, utcnow
 
 
 def add(session: Session, job_id: str, device: str) -> None:
-    session.add(DispatchIntentRow(job_id=job_id, device=device, created_at=utcnow(), send_attempts=0))
+    session.add(DispatchIntentRow(job_id=job_id, device=device, created_at=utcnow()))
 
 
 def due(session: Session, created_before: datetime, limit: int = 100) -> list[DispatchIntentRow]:
-    return list(session.scalars(
-        select(DispatchIntentRow).where(DispatchIntentRow.created_at < created_before)
-        .order_by(DispatchIntentRow.created_at).limit(limit)
-    ))
+    return list(
+        session.scalars(
+            select(DispatchIntentRow)
+            .where(DispatchIntentRow.created_at < created_before)
+            .order_by(DispatchIntentRow.created_at)
+            .limit(limit)
+        )
+    )
 
 
 def remove(session: Session, job_id: str) -> None:

@@ -16,8 +16,9 @@ def _dialect(session: Session):
 def insert_ignore(session: Session, table, values: dict[str, Any]) -> bool:
     """INSERT ... ON CONFLICT DO NOTHING; True when a row was inserted (the first write wins)."""
     # RETURNING, not rowcount: the driver may not report a row count for this statement.
-    statement = (_dialect(session).insert(table).values(**values).on_conflict_do_nothing()
-                 .returning(*table.primary_key.columns))
+    statement = (
+        _dialect(session).insert(table).values(**values).on_conflict_do_nothing().returning(*table.primary_key.columns)
+    )
     return session.execute(statement).first() is not None
 
 
@@ -26,5 +27,6 @@ def upsert(session: Session, table, values: dict[str, Any]) -> None:
     keys = [column.name for column in table.primary_key.columns]
     statement = _dialect(session).insert(table).values(**values)
     statement = statement.on_conflict_do_update(
-        index_elements=keys, set_={name: statement.excluded[name] for name in values if name not in keys})
+        index_elements=keys, set_={name: statement.excluded[name] for name in values if name not in keys}
+    )
     session.execute(statement)

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from service.tables import JobEventRow, JobRow, utcnow
+from trainjobs.service.tables import JobEventRow, JobRow, utcnow
 
 
 def append(session: Session, job: JobRow, kind: str, data: dict[str, Any]) -> int:
@@ -18,7 +18,11 @@ def append(session: Session, job: JobRow, kind: str, data: dict[str, Any]) -> in
 
 
 def after(session: Session, job_id: str, seq: int, limit: int = 200) -> list[JobEventRow]:
-    return list(session.scalars(
-        select(JobEventRow).where(JobEventRow.job_id == job_id, JobEventRow.seq > seq)
-        .order_by(JobEventRow.seq).limit(limit)
-    ))
+    return list(
+        session.scalars(
+            select(JobEventRow)
+            .where(JobEventRow.job_id == job_id, JobEventRow.seq > seq)
+            .order_by(JobEventRow.seq)
+            .limit(limit)
+        )
+    )

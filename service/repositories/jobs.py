@@ -1,14 +1,15 @@
-"""The jobs table."""
+"""The jobs table. Its writes (add, claim, renew_lease) are called by
+trainjobs.service.lifecycle only."""
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, update
+from sqlalchemy import CursorResult, and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from service.tables import JobRow, utcnow
+from trainjobs.service.tables import JobRow, utcnow
 
 
 def add(session: Session, job: JobRow) -> None:
@@ -23,13 +24,12 @@ def get(session: Session, job_id: str, for_update: bool = False) -> JobRow | Non
 
 
 def get_by_idempotency_key(session: Session, owner: str, key: str) -> JobRow | None:
-    return session.scalars(
-        select(JobRow).where(JobRow.owner == owner, JobRow.idempotency_key == key)
-    ).one_or_none()
+    return session.scalars(select(JobRow).where(JobRow.owner == owner, JobRow.idempotency_key == key)).one_or_none()
 
 
-def page(session: Session, *, owner: str | None, state: str | None, limit: int,
-         after: tuple[datetime, str] | None) -> list[JobRow]:
+def page(
+    session: Session, *, owner: str | None, state: str | None, limit: int, after: tuple[datetime, str] | None
+) -> list[JobRow]:
     """Newest first, keyset-paginated on (created_at, id): no offset scans, and a job created
     while a client pages never shifts the pages it has not read yet."""
     query = select(JobRow)
@@ -39,8 +39,9 @@ def page(session: Session, *, owner: str | None, state: str | None, limit: int,
         query = query.where(JobRow.state == state)
     if after is not None:
         created_at, job_id = after
-        query = query.where(or_(JobRow.created_at < created_at,
-                                and_(JobRow.created_at == created_at, JobRow.id < job_id)))
+        query = query.where(
+            or_(JobRow.created_at < created_at, and_(JobRow.created_at == created_at, JobRow.id < job_id))
+        )
     query = query.order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit)
     return list(session.scalars(query))
 
@@ -52,12 +53,18 @@ def claim(session: Session, job_id: str, worker: str, lease_seconds: float) -> J
     message for a job that is running, finished or unknown claims nothing.
     """
     now = utcnow()
-    result = session.execute(
+    result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
         update(JobRow)
         .where(JobRow.id == job_id, JobRow.state == "queued")
-        .values(state="running", worker=worker, lease_owner=worker,
-                lease_expires_at=now + timedelta(seconds=lease_seconds),
-                started_at=now, waiting_reason=None, updated_at=now)
+        .values(
+            state="running",
+            worker=worker,
+            lease_owner=worker,
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
+            started_at=now,
+            waiting_reason=None,
+            updated_at=now,
+        )
         .execution_options(synchronize_session=False)
     )
     if result.rowcount != 1:
@@ -67,10 +74,14 @@ def claim(session: Session, job_id: str, worker: str, lease_seconds: float) -> J
 
 def renew_lease(session: Session, job_id: str, worker: str, attempt: int, lease_seconds: float) -> bool:
     """Extend our lease; False when it is no longer ours (requeued after it ran out, or ended)."""
-    result = session.execute(
+    result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
         update(JobRow)
-        .where(JobRow.id == job_id, JobRow.lease_owner == worker, JobRow.attempt == attempt,
-               JobRow.state.in_(("running", "cancelling")))
+        .where(
+            JobRow.id == job_id,
+            JobRow.lease_owner == worker,
+            JobRow.attempt == attempt,
+            JobRow.state.in_(("running", "cancelling")),
+        )
         .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds))
         .execution_options(synchronize_session=False)
     )
@@ -78,10 +89,15 @@ def renew_lease(session: Session, job_id: str, worker: str, attempt: int, lease_
 
 
 def with_expired_lease(session: Session, now: datetime, limit: int = 100) -> list[JobRow]:
-    return list(session.scalars(
-        select(JobRow).where(JobRow.state.in_(("running", "cancelling")), JobRow.lease_expires_at < now)
-        .order_by(JobRow.lease_expires_at).limit(limit).with_for_update(skip_locked=True)
-    ))
+    return list(
+        session.scalars(
+            select(JobRow)
+            .where(JobRow.state.in_(("running", "cancelling")), JobRow.lease_expires_at < now)
+            .order_by(JobRow.lease_expires_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+    )
 
 
 def _devices_needed():
@@ -92,36 +108,47 @@ def _devices_needed():
 def queued_demand(session: Session) -> list[tuple[str, int]]:
     """The distinct (device type, devices needed) among queued jobs: a handful of pairs, however
     long the queue."""
-    return [(device, needed) for device, needed in session.execute(
-        select(JobRow.device, _devices_needed()).where(JobRow.state == "queued").distinct())]
+    return [
+        (device, needed)
+        for device, needed in session.execute(
+            select(JobRow.device, _devices_needed()).where(JobRow.state == "queued").distinct()
+        )
+    ]
 
 
-def queued_with_other_reason(session: Session, device: str, needed: int, reason: str | None,
-                             limit: int) -> list[JobRow]:
+def queued_with_other_reason(
+    session: Session, device: str, needed: int, reason: str | None, limit: int
+) -> list[JobRow]:
     """Queued jobs of one (device, needed) pair whose waiting reason is not `reason`, oldest
     first, locked (rows another transaction holds are left for the next pass)."""
-    return list(session.scalars(
-        select(JobRow).where(JobRow.state == "queued", JobRow.device == device, _devices_needed() == needed,
-                             JobRow.waiting_reason.is_distinct_from(reason))
-        .order_by(JobRow.created_at).limit(limit).with_for_update(skip_locked=True)
-    ))
+    return list(
+        session.scalars(
+            select(JobRow)
+            .where(
+                JobRow.state == "queued",
+                JobRow.device == device,
+                _devices_needed() == needed,
+                JobRow.waiting_reason.is_distinct_from(reason),
+            )
+            .order_by(JobRow.created_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+    )
 
 
 def queued_before(session: Session, job: JobRow, limit: int = 200) -> list[JobRow]:
     """The oldest queued jobs of `job`'s device type submitted before it, oldest first."""
-    return list(session.scalars(
-        select(JobRow).where(JobRow.state == "queued", JobRow.device == job.device,
-                             JobRow.created_at < job.created_at)
-        .order_by(JobRow.created_at).limit(limit)
-    ))
+    return list(
+        session.scalars(
+            select(JobRow)
+            .where(JobRow.state == "queued", JobRow.device == job.device, JobRow.created_at < job.created_at)
+            .order_by(JobRow.created_at)
+            .limit(limit)
+        )
+    )
 
 
 def count_by_state(session: Session) -> dict[str, int]:
     rows = session.execute(select(JobRow.state, func.count()).group_by(JobRow.state))
     return {state: count for state, count in rows}
-
-
-def touch(job: JobRow, **changes: Any) -> None:
-    for key, value in changes.items():
-        setattr(job, key, value)
-    job.updated_at = utcnow()

@@ -4,8 +4,8 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from trainjobs.contract.spec import JobSpec
 from tests.harness import tiny_wavenet_spec
+from trainjobs.contract.spec import JobSpec
 
 
 def test_defaults_are_filled_and_model_params_follow_the_dataset():
@@ -32,20 +32,23 @@ def test_effective_values_follow_the_scaling_rules():
     assert JobSpec.model_validate(base).global_batch_size == 64
 
 
-@pytest.mark.parametrize("change, names", [
-    ({"surprise": 1}, "surprise"),
-    ({"model": {"name": "gpt9"}}, "model.name"),
-    ({"model": {"name": "wavenet", "params": {"n_layers": 3}}}, "model.params.n_layers"),
-    ({"model": {"name": "wavenet", "params": {"mu": 64}}}, "model.params.mu"),
-    ({"data": {"name": "imagenet"}}, "data.name"),
-    ({"gpus": 0}, "gpus"),
-    ({"batch_size": -1}, "batch_size"),
-    ({"precision": "fp8"}, "precision"),
-    ({"epochs": "3"}, "epochs"),
-    ({"precision": "fp16"}, "precision"),          # cpu has no fp16 path: refused at submit
-    ({"strategy": "dp"}, "strategy"),              # DataParallel is cuda-only
-    ({"model": {"name": "mlp"}}, "model.name"),    # mlp on audio data
-])
+@pytest.mark.parametrize(
+    "change, names",
+    [
+        ({"surprise": 1}, "surprise"),
+        ({"model": {"name": "gpt9"}}, "model.name"),
+        ({"model": {"name": "wavenet", "params": {"n_layers": 3}}}, "model.params.n_layers"),
+        ({"model": {"name": "wavenet", "params": {"mu": 64}}}, "model.params.mu"),
+        ({"data": {"name": "imagenet"}}, "data.name"),
+        ({"gpus": 0}, "gpus"),
+        ({"batch_size": -1}, "batch_size"),
+        ({"precision": "fp8"}, "precision"),
+        ({"epochs": "3"}, "epochs"),
+        ({"precision": "fp16"}, "precision"),  # cpu has no fp16 path: refused at submit
+        ({"strategy": "dp"}, "strategy"),  # DataParallel is cuda-only
+        ({"model": {"name": "mlp"}}, "model.name"),  # mlp on audio data
+    ],
+)
 def test_bad_specs_are_refused_naming_the_field(change, names):
     with pytest.raises(ValidationError) as raised:
         JobSpec.model_validate({**tiny_wavenet_spec(), **change})
@@ -53,6 +56,9 @@ def test_bad_specs_are_refused_naming_the_field(change, names):
 
 
 def test_the_contract_and_the_api_import_no_torch():
-    code = "import sys, trainjobs.contract.spec, trainjobs.contract.events, service.api.app; print('torch' in sys.modules)"
+    code = (
+        "import sys, trainjobs.contract.spec, trainjobs.contract.events, trainjobs.service.api.app; "
+        "print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

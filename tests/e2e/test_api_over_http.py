@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from tests.harness import REDIS_URL, Stack, sql_database, tiny_wavenet_spec, wait_for_terminal, wait_until
-from worker.devices import core_share
+from trainjobs.worker.devices import core_share
 
 pytestmark = pytest.mark.e2e
 
@@ -85,8 +85,9 @@ def test_fifty_concurrent_posts_with_one_idempotency_key_create_one_job(stack, c
     assert sorted({response.status_code for response in responses}) == [200, 201]
     assert sum(response.status_code == 201 for response in responses) == 1
     assert len({response.json()["id"] for response in responses}) == 1
-    other_owner = stack.client(stack.token("dave")).post("/v1/jobs", json=queued_spec(),
-                                                         headers={"Idempotency-Key": "deploy-42"})
+    other_owner = stack.client(stack.token("dave")).post(
+        "/v1/jobs", json=queued_spec(), headers={"Idempotency-Key": "deploy-42"}
+    )
     assert other_owner.status_code == 201 and other_owner.json()["id"] != responses[0].json()["id"]
 
 
@@ -107,7 +108,7 @@ def read_events(client, job_id: str, last_event_id: int | None = None) -> list[t
 
 def test_the_event_stream_delivers_every_state_and_epoch_in_order_and_resumes_without_gaps(client):
     job_id = client.post("/v1/jobs", json=tiny_wavenet_spec(epochs=3)).json()["id"]
-    events = read_events(client, job_id)   # returns when the stream ends, after the terminal state
+    events = read_events(client, job_id)  # returns when the stream ends, after the terminal state
     assert [event_id for event_id, _, _ in events] == list(range(1, len(events) + 1))
     states = [data["state"] for _, kind, data in events if kind == "state"]
     assert states[0] == "queued" and states[-1] == "succeeded" and "running" in states
@@ -156,8 +157,12 @@ def test_workers_catalog_readiness_and_prometheus(stack, client):
     assert "synthetic-audio" in {entry["name"] for entry in client.get("/v1/datasets").json()["items"]}
     assert httpx.get(f"{stack.url}/readyz").json() == {"status": "ok"}
     text = httpx.get(f"{stack.url}/metrics").text
-    for name in ("trainjobs_jobs{state=\"queued\"}", "trainjobs_queue_depth{device=\"cpu\"}",
-                 "trainjobs_epochs_finished", "trainjobs_api_request_seconds_bucket"):
+    for name in (
+        'trainjobs_jobs{state="queued"}',
+        'trainjobs_queue_depth{device="cpu"}',
+        "trainjobs_epochs_finished",
+        "trainjobs_api_request_seconds_bucket",
+    ):
         assert name in text, name
     assert 'route="/v1/jobs/{job_id}"' in text
 

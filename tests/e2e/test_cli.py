@@ -1,10 +1,10 @@
 """The `trainjobs` command through its real entry point, against a real stack."""
 
 import json
-from collections import Counter
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -41,8 +41,10 @@ def test_submit_watch_shows_the_epochs_and_exits_0_then_1_for_a_failing_job(stac
     assert table.returncode == 0 and len(table.stdout.splitlines()) == 4
     assert job_id in trainjobs(stack, token, "jobs").stdout
     logs = trainjobs(stack, token, "logs", job_id, "--tail", "1")
-    assert logs.stdout.splitlines() == ["[rank 0] rank 0 done after epoch 3: completed",
-                                        "[rank 1] rank 1 done after epoch 3: completed"]
+    assert logs.stdout.splitlines() == [
+        "[rank 0] rank 0 done after epoch 3: completed",
+        "[rank 1] rank 1 done after epoch 3: completed",
+    ]
 
     failing = tmp_path / "failing.json"
     failing.write_text(json.dumps(tiny_wavenet_spec(optimizer={"name": "sgd", "lr": 1e30, "momentum": 0.0})))
@@ -67,8 +69,9 @@ def test_errors_are_one_readable_line(stack_on, sqlite_url, tmp_path):
     unauthorised = trainjobs(stack, "tj_wrong", "jobs")
     assert unauthorised.returncode == 1 and unauthorised.stderr.strip() == "error: invalid or revoked token (HTTP 401)"
 
-    unreachable = subprocess.run([TRAINJOBS, "jobs", "--url", "http://127.0.0.1:9", "--token", token],
-                                 capture_output=True, text=True, timeout=60)
+    unreachable = subprocess.run(
+        [TRAINJOBS, "jobs", "--url", "http://127.0.0.1:9", "--token", token], capture_output=True, text=True, timeout=60
+    )
     assert unreachable.returncode == 1 and unreachable.stderr.startswith("error: cannot reach")
     assert len(unreachable.stderr.strip().splitlines()) == 1
 
@@ -76,8 +79,9 @@ def test_errors_are_one_readable_line(stack_on, sqlite_url, tmp_path):
 def test_tokens_are_listed_without_their_secret_and_a_revoked_one_is_refused(stack_on, sqlite_url):
     stack = stack_on(sqlite_url)
     env = dict(os.environ, TRAINJOBS_DATABASE_URL=sqlite_url, TRAINJOBS_HOME=str(stack.home))
-    created = subprocess.run([TRAINJOBS, "token", "create", "--owner", "mallory"], capture_output=True, text=True,
-                             env=env, check=True).stdout.splitlines()[-1]
+    created = subprocess.run(
+        [TRAINJOBS, "token", "create", "--owner", "mallory"], capture_output=True, text=True, env=env, check=True
+    ).stdout.splitlines()[-1]
     assert stack.client(created).get("/v1/jobs").status_code == 200
     listing = subprocess.run([TRAINJOBS, "token", "list"], capture_output=True, text=True, env=env, check=True).stdout
     assert "mallory" in listing and created not in listing

@@ -22,13 +22,24 @@ CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
 @pytest.fixture
 def browser(tmp_path):
-    assert Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists(), \
+    assert Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists(), (
         "Debian's chromium and chromium-driver are needed (scripts/ensure-services browser installs them)"
+    )
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", f"--user-data-dir={tmp_path / 'chromium'}", "--window-size=1280,1100"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'chromium'}",
+        "--window-size=1280,1100",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
     yield driver

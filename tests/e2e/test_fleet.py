@@ -10,7 +10,14 @@ import pytest
 import torch
 
 from tests.harness import (
-    HALF_SECOND_EPOCHS, PrivateRedis, find_launcher, pid_alive, rank_pids, tiny_wavenet_spec, wait_for_terminal, wait_until,
+    HALF_SECOND_EPOCHS,
+    PrivateRedis,
+    find_launcher,
+    pid_alive,
+    rank_pids,
+    tiny_wavenet_spec,
+    wait_for_terminal,
+    wait_until,
 )
 
 pytestmark = pytest.mark.e2e
@@ -54,8 +61,11 @@ def test_cancel_ends_every_rank_of_a_running_job_within_10_seconds(stack_on, sql
 
     started = time.monotonic()
     assert client.post(f"/v1/jobs/{job_id}/cancel").json()["state"] == "cancelling"
-    wait_until(lambda: not any(pid_alive(pid) for pid in [launcher, *ranks.values()]), 10,
-               what="the launcher and every rank to end")
+    wait_until(
+        lambda: not any(pid_alive(pid) for pid in [launcher, *ranks.values()]),
+        10,
+        what="the launcher and every rank to end",
+    )
     assert time.monotonic() - started < 10
     ended = wait_for_terminal(client, job_id, timeout=30)
     assert (ended["state"], ended["stop_reason"]) == ("cancelled", "cancelled")
@@ -75,7 +85,8 @@ def test_a_lost_worker_s_job_resumes_elsewhere_from_its_checkpoint_with_each_epo
     os.killpg(launcher, signal.SIGKILL)
     stack.kill_worker(f"worker-{stack.namespace}")
     assert not any(pid_alive(pid) for pid in ranks.values()) or wait_until(
-        lambda: not any(pid_alive(pid) for pid in ranks.values()), 5, what="ranks gone")
+        lambda: not any(pid_alive(pid) for pid in ranks.values()), 5, what="ranks gone"
+    )
 
     stack.start_worker("worker2")
     resumed = wait_for_terminal(client, job_id, timeout=180)
@@ -114,8 +125,11 @@ def test_a_stalled_rank_fails_the_job_after_the_process_group_timeout(stack_on, 
     ended = wait_for_terminal(client, job_id, timeout=60)
     assert (ended["state"], ended["stop_reason"]) == ("failed", "error")
     assert "rank 0 failed" in ended["error"] and "timed out" in ended["error"].lower(), ended["error"]
-    wait_until(lambda: find_launcher(job_id) is None and not any(map(pid_alive, ranks.values())), 15,
-               what="the launcher and ranks to end")
+    wait_until(
+        lambda: find_launcher(job_id) is None and not any(map(pid_alive, ranks.values())),
+        15,
+        what="the launcher and ranks to end",
+    )
 
 
 def assert_same_final_weights(client, first_id: str, second_id: str, tmp_path) -> None:
@@ -154,8 +168,11 @@ def test_max_runtime_ends_the_job_as_a_timeout(stack_on, sqlite_url):
     assert (ended["state"], ended["stop_reason"]) == ("failed", "timeout")
     assert "max_runtime_seconds=8" in ended["error"]
     assert ended["epoch"] < 10_000
-    wait_until(lambda: find_launcher(job_id) is None and not any(map(pid_alive, ranks.values())), 10,
-               what="the launcher and ranks to end")
+    wait_until(
+        lambda: find_launcher(job_id) is None and not any(map(pid_alive, ranks.values())),
+        10,
+        what="the launcher and ranks to end",
+    )
 
 
 def test_a_rank_that_raises_fails_the_job_with_its_traceback(stack_on, sqlite_url):
@@ -164,7 +181,10 @@ def test_a_rank_that_raises_fails_the_job_with_its_traceback(stack_on, sqlite_ur
     spec = tiny_wavenet_spec(optimizer={"name": "sgd", "lr": 1e30, "momentum": 0.0})
     ended = wait_for_terminal(client, client.post("/v1/jobs", json=spec).json()["id"], timeout=60)
     assert (ended["state"], ended["stop_reason"]) == ("failed", "error")
-    assert ended["error"].startswith("rank ") and "FloatingPointError: loss is not finite at epoch 1, step" in ended["error"]
+    assert (
+        ended["error"].startswith("rank ")
+        and "FloatingPointError: loss is not finite at epoch 1, step" in ended["error"]
+    )
 
 
 def test_nothing_is_lost_when_redis_restarts_mid_job(stack_on, sqlite_url, tmp_path):
@@ -176,7 +196,7 @@ def test_nothing_is_lost_when_redis_restarts_mid_job(stack_on, sqlite_url, tmp_p
         client = stack.client(stack.token())
         job_id = client.post("/v1/jobs", json=tiny_wavenet_spec(epochs=10, data=HALF_SECOND_EPOCHS)).json()["id"]
         wait_until(lambda: job(client, job_id)["epoch"] >= 2, 120, what="two epochs")
-        broker.stop()       # SIGTERM: Redis flushes its append-only file
+        broker.stop()  # SIGTERM: Redis flushes its append-only file
         time.sleep(3)
         broker.start()
         ended = wait_for_terminal(client, job_id, timeout=180)
@@ -209,8 +229,11 @@ def test_two_workers_lease_their_own_slots_and_a_job_too_big_for_both_waits(stac
     assert all(worker["busy"] <= worker["slots"] for worker in workers)
     placed = {job_id for worker in workers for job_id in worker["jobs"]}
     assert two in placed and len(placed) == 3
-    wait_until(lambda: job(client, three)["waiting_reason"] == "needs 3 cpu devices; the largest live cpu worker has 2",
-               15, what="the 3-rank job's waiting reason")
+    wait_until(
+        lambda: job(client, three)["waiting_reason"] == "needs 3 cpu devices; the largest live cpu worker has 2",
+        15,
+        what="the 3-rank job's waiting reason",
+    )
     for job_id in [two, *ones, three]:
         client.post(f"/v1/jobs/{job_id}/cancel")
 

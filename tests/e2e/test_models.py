@@ -9,17 +9,32 @@ pytestmark = pytest.mark.e2e
 
 
 def digits_mlp(**overrides) -> dict:
-    return {"model": {"name": "mlp", "params": {"hidden": [32]}}, "data": {"name": "digits"},
-            "device": "cpu", "gpus": 2, "epochs": 3, "batch_size": 32,
-            "optimizer": {"name": "sgd", "lr": 0.05}, **overrides}
+    return {
+        "model": {"name": "mlp", "params": {"hidden": [32]}},
+        "data": {"name": "digits"},
+        "device": "cpu",
+        "gpus": 2,
+        "epochs": 3,
+        "batch_size": 32,
+        "optimizer": {"name": "sgd", "lr": 0.05},
+        **overrides,
+    }
 
 
 def tiny_resnet(**overrides) -> dict:
-    return {"model": {"name": "resnet50"},
-            "data": {"name": "synthetic-images", "params": {"num_samples": 20, "image_size": 16, "num_classes": 4,
-                                                             "val_fraction": 0.2}},
-            "device": "cpu", "gpus": 2, "epochs": 1, "batch_size": 4,
-            "optimizer": {"name": "adamw", "lr": 0.001}, **overrides}
+    return {
+        "model": {"name": "resnet50"},
+        "data": {
+            "name": "synthetic-images",
+            "params": {"num_samples": 20, "image_size": 16, "num_classes": 4, "val_fraction": 0.2},
+        },
+        "device": "cpu",
+        "gpus": 2,
+        "epochs": 1,
+        "batch_size": 4,
+        "optimizer": {"name": "adamw", "lr": 0.001},
+        **overrides,
+    }
 
 
 VARIANTS = {"fp32": {}, "bf16-accumulate-2": {"precision": "bf16", "accumulation_steps": 2}}

@@ -15,8 +15,20 @@ PLUGIN = Path(__file__).resolve().parents[1] / "plugin_package"
 
 @pytest.fixture(scope="module")
 def plugin_installed():
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--no-index", str(PLUGIN)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            str(PLUGIN),
+        ],
+        check=True,
+    )
 
 
 def test_a_plugin_model_and_dataset_are_listed_and_train(plugin_installed, stack_on, sqlite_url):
@@ -41,5 +53,13 @@ def test_a_plugin_model_and_dataset_are_listed_and_train(plugin_installed, stack
 
 
 def _spec(**overrides) -> dict:
-    return {"model": {"name": "logistic"}, "data": {"name": "blobs"}, "device": "cpu", "gpus": 2, "epochs": 3,
-            "batch_size": 16, "optimizer": {"name": "sgd", "lr": 0.1}, **overrides}
+    return {
+        "model": {"name": "logistic"},
+        "data": {"name": "blobs"},
+        "device": "cpu",
+        "gpus": 2,
+        "epochs": 3,
+        "batch_size": 16,
+        "optimizer": {"name": "sgd", "lr": 0.1},
+        **overrides,
+    }

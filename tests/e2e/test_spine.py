@@ -8,10 +8,18 @@ import pytest
 import redis
 import torch
 
-from tests.harness import HALF_SECOND_EPOCHS, REDIS_URL, pid_alive, rank_pids, tiny_wavenet_spec, wait_for_terminal, wait_until
+from tests.harness import (
+    HALF_SECOND_EPOCHS,
+    REDIS_URL,
+    pid_alive,
+    rank_pids,
+    tiny_wavenet_spec,
+    wait_for_terminal,
+    wait_until,
+)
 from trainjobs.contract.events import JobEvent
 from trainjobs.contract.spec import JobSpec
-from worker.trainer.catalog import build_model
+from trainjobs.worker.trainer.catalog import build_model
 
 pytestmark = pytest.mark.e2e
 
@@ -36,7 +44,9 @@ def test_a_wavenet_job_on_two_cpu_ranks_trains_reports_and_checkpoints(stack_on,
     last = checkpoints[-1]
     download = client.get(f"/v1/jobs/{job['id']}/checkpoints/{last['id']}")
     assert download.status_code == 200 and download.headers["content-type"] == "application/octet-stream"
-    assert hashlib.sha256(download.content).hexdigest() == last["sha256"] and len(download.content) == last["size_bytes"]
+    assert (
+        hashlib.sha256(download.content).hexdigest() == last["sha256"] and len(download.content) == last["size_bytes"]
+    )
 
     path = tmp_path / "last.pt"
     path.write_bytes(download.content)

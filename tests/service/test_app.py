@@ -9,7 +9,7 @@ from trainjobs.settings import Settings
 
 
 def test_request_handlers_run_on_the_configured_number_of_threads(settings):
-    from service.api.app import create_app
+    from trainjobs.service.api.app import create_app
 
     with TestClient(create_app(settings.model_copy(update={"api_threads": 3}))) as client:
         limit = client.portal.call(lambda: anyio.to_thread.current_default_thread_limiter().total_tokens)

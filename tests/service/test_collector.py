@@ -2,15 +2,14 @@
 
 import redis
 
-from service.collector import EventCollector
-from service.db import make_engine, make_session_factory, transaction
-from service.repositories import checkpoints, epoch_metrics, jobs
-from tests.harness import REDIS_URL
+from tests.harness import REDIS_URL, tiny_wavenet_spec
 from trainjobs.contract.events import CheckpointRecord, EpochMetrics, JobEvent, StateChange
 from trainjobs.contract.spec import JobSpec
-from service.jobs import submit
-from service.auth import Principal
-from tests.harness import tiny_wavenet_spec
+from trainjobs.service.auth import Principal
+from trainjobs.service.collector import EventCollector
+from trainjobs.service.db import make_engine, make_session_factory, transaction
+from trainjobs.service.jobs import submit
+from trainjobs.service.repositories import checkpoints, epoch_metrics, jobs
 
 
 class NoDispatch:
@@ -26,7 +25,9 @@ def make_job(sessions) -> str:
 
 
 def metrics(epoch: int, loss: float) -> EpochMetrics:
-    return EpochMetrics(epoch=epoch, train_loss=loss, val_loss=loss, lr=0.01, epoch_seconds=1.0, samples_per_second=10.0)
+    return EpochMetrics(
+        epoch=epoch, train_loss=loss, val_loss=loss, lr=0.01, epoch_seconds=1.0, samples_per_second=10.0
+    )
 
 
 def test_events_delivered_twice_are_stored_once(database_url, namespace):
@@ -67,12 +68,13 @@ def test_a_consumer_that_died_before_acknowledging_has_its_events_applied_on_res
 
 
 def test_state_from_an_older_attempt_is_ignored_and_terminal_states_stick(database_url, namespace):
-    from service.collector import apply_event
+    from trainjobs.service.collector import apply_event
 
     sessions = make_session_factory(make_engine(database_url))
     job_id = make_job(sessions)
     with transaction(sessions) as session:
-        jobs.touch(jobs.get(session, job_id), state="running", attempt=2)
+        job = jobs.get(session, job_id)
+        job.state, job.attempt = "running", 2  # as if a first worker was lost
     with transaction(sessions) as session:
         apply_event(session, JobEvent.of(job_id, 1, StateChange(state="failed", stop_reason="error", error="old")))
     with transaction(sessions) as session:
@@ -88,14 +90,21 @@ def test_state_from_an_older_attempt_is_ignored_and_terminal_states_stick(databa
 def test_a_new_best_checkpoint_unmarks_the_previous_one(database_url):
     from datetime import UTC, datetime
 
-    from service.collector import apply_event
+    from trainjobs.service.collector import apply_event
 
     sessions = make_session_factory(make_engine(database_url))
     job_id = make_job(sessions)
 
     def record(epoch: int, best: bool) -> CheckpointRecord:
-        return CheckpointRecord(id=f"{job_id}-e{epoch}", epoch=epoch, size_bytes=1, sha256="0" * 64,
-                                is_best=best, created_at=datetime.now(UTC), path=f"{job_id}/{epoch}.pt")
+        return CheckpointRecord(
+            id=f"{job_id}-e{epoch}",
+            epoch=epoch,
+            size_bytes=1,
+            sha256="0" * 64,
+            is_best=best,
+            created_at=datetime.now(UTC),
+            path=f"{job_id}/{epoch}.pt",
+        )
 
     for epoch in (1, 2):
         with transaction(sessions) as session:

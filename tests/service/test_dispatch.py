@@ -5,25 +5,31 @@ import logging
 
 import redis
 
-from service import dispatch
-from service.db import make_engine, make_session_factory, transaction
-from service.repositories import dispatch_intents
-from service.tables import utcnow
 from tests.harness import PrivateRedis, tiny_wavenet_spec
+from trainjobs.service import dispatch
+from trainjobs.service.db import make_engine, make_session_factory, transaction
+from trainjobs.service.repositories import dispatch_intents
+from trainjobs.service.tables import utcnow
 from trainjobs.settings import Settings
-from worker.devices import DevicePool
-from worker.job_runner import JobRunner
+from trainjobs.worker.devices import DevicePool
+from trainjobs.worker.job_runner import JobRunner
 
 
 def test_a_job_submitted_while_redis_is_down_is_dispatched_once_it_is_back(tmp_path, database_url, namespace):
     from fastapi.testclient import TestClient
 
-    from service.api.app import create_app
     from tests.harness import new_token
+    from trainjobs.service.api.app import create_app
 
     broker = PrivateRedis(tmp_path)
-    settings = Settings(home=tmp_path, database_url=database_url, redis_url=broker.url, namespace=namespace,
-                        run_background=False, outbox_grace_seconds=0)
+    settings = Settings(
+        home=tmp_path,
+        database_url=database_url,
+        redis_url=broker.url,
+        namespace=namespace,
+        run_background=False,
+        outbox_grace_seconds=0,
+    )
     headers = {"Authorization": f"Bearer {new_token(database_url, 'alice')}"}
     with TestClient(create_app(settings)) as api:
         response = api.post("/v1/jobs", json=tiny_wavenet_spec(), headers=headers)  # Redis is not running
@@ -51,9 +57,16 @@ def test_a_job_submitted_while_redis_is_down_is_dispatched_once_it_is_back(tmp_p
 def test_a_message_for_a_job_without_a_row_is_dropped_with_a_log_line(tmp_path, sqlite_url, caplog):
     settings = Settings(home=tmp_path, database_url=sqlite_url)
     sent_again = []
-    runner = JobRunner(settings, make_session_factory(make_engine(sqlite_url)), DevicePool("cpu", [0, 1]), "w1",
-                       sent_again.append)
-    with caplog.at_level(logging.WARNING, logger="worker.job_runner"):
+    runner = JobRunner(
+        settings,
+        make_session_factory(make_engine(sqlite_url)),
+        DevicePool("cpu", [0, 1]),
+        "w1",
+        sent_again.append,
+        live_workers=list,
+        reporter=None,
+    )
+    with caplog.at_level(logging.WARNING, logger="trainjobs.worker.job_runner"):
         assert runner.run("j-does-not-exist") == "dropped"
     assert "unknown job j-does-not-exist" in caplog.text
     assert runner.pool.busy == 0 and sent_again == []

@@ -5,9 +5,9 @@ import json
 import pytest
 from sqlalchemy import func, select
 
-from service.db import make_engine
-from service.tables import ApiTokenRow, JobRow
 from tests.harness import tiny_wavenet_spec
+from trainjobs.service.db import make_engine
+from trainjobs.service.tables import ApiTokenRow, JobRow
 
 
 def count_jobs(settings) -> int:
@@ -44,7 +44,12 @@ def test_submit_enqueues_one_message_after_the_commit(api, alice, settings):
 BAD_BODIES = [
     ("unknown field", {**tiny_wavenet_spec(), "colour": "blue"}, 422, "colour"),
     ("unknown model", {**tiny_wavenet_spec(), "model": {"name": "gpt9"}}, 422, "model.name"),
-    ("unknown model param", {**tiny_wavenet_spec(), "model": {"name": "wavenet", "params": {"depth": 3}}}, 422, "model.params.depth"),
+    (
+        "unknown model param",
+        {**tiny_wavenet_spec(), "model": {"name": "wavenet", "params": {"depth": 3}}},
+        422,
+        "model.params.depth",
+    ),
     ("gpus 0", {**tiny_wavenet_spec(), "gpus": 0}, 422, "gpus"),
     ("negative batch", {**tiny_wavenet_spec(), "batch_size": -1}, 422, "batch_size"),
     ("fp8", {**tiny_wavenet_spec(), "precision": "fp8"}, 422, "precision"),

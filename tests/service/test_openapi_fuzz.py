@@ -9,12 +9,13 @@ body may rightly get a 422 naming the param."""
 
 import pytest
 import schemathesis
-from schemathesis.specs.openapi import checks as openapi_checks
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, given, settings as hypothesis_settings
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from schemathesis.specs.openapi import checks as openapi_checks
 
-from service.api.app import create_app
 from tests.harness import REDIS_URL, clear_namespace, new_token, sql_database
+from trainjobs.service.api.app import create_app
 from trainjobs.settings import Settings
 
 
@@ -22,8 +23,9 @@ from trainjobs.settings import Settings
 def fuzzed_app(tmp_path_factory):
     home = tmp_path_factory.mktemp("fuzz")
     with sql_database("sqlite", home) as url:
-        settings = Settings(home=home, database_url=url, redis_url=REDIS_URL, namespace="tjtest-fuzz",
-                            run_background=False)
+        settings = Settings(
+            home=home, database_url=url, redis_url=REDIS_URL, namespace="tjtest-fuzz", run_background=False
+        )
         app = create_app(settings)
         app.state.test_token = new_token(url, "fuzzer")
         with TestClient(app):
@@ -34,16 +36,20 @@ def fuzzed_app(tmp_path_factory):
 def test_no_server_errors_and_every_answer_matches_the_schema(fuzzed_app):
     schema = schemathesis.openapi.from_asgi("/openapi.json", fuzzed_app)
     headers = {"Authorization": f"Bearer {fuzzed_app.state.test_token}"}
-    checks = [schemathesis.checks.not_a_server_error, openapi_checks.response_schema_conformance,
-              openapi_checks.status_code_conformance, openapi_checks.content_type_conformance,
-              openapi_checks.response_headers_conformance]
+    checks = [
+        schemathesis.checks.not_a_server_error,
+        openapi_checks.response_schema_conformance,
+        openapi_checks.status_code_conformance,
+        openapi_checks.content_type_conformance,
+        openapi_checks.response_headers_conformance,
+    ]
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 14
 
     for operation in operations:
+
         @given(case=operation.as_strategy())
-        @hypothesis_settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck),
-                             database=None)
+        @hypothesis_settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         def check(case):
             case.call_and_validate(headers=headers, checks=checks)
 

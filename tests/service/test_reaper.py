@@ -5,14 +5,14 @@ import time
 
 from sqlalchemy import func, select
 
-from service.auth import Principal
-from service.db import make_engine, make_session_factory, transaction
-from service.jobs import submit
-from service.reaper import explain_waiting_jobs
-from service.tables import DispatchIntentRow, JobEventRow, JobRow
 from tests.harness import tiny_wavenet_spec
 from trainjobs.contract.spec import JobSpec
 from trainjobs.contract.workers import WorkerStatus
+from trainjobs.service.auth import Principal
+from trainjobs.service.db import make_engine, make_session_factory, transaction
+from trainjobs.service.jobs import submit
+from trainjobs.service.reaper import explain_waiting_jobs
+from trainjobs.service.tables import DispatchIntentRow, JobEventRow, JobRow
 
 
 class NoBroker:
@@ -68,7 +68,7 @@ def test_a_job_that_can_run_again_loses_its_reason_and_is_dispatched_again(datab
     sessions = make_session_factory(make_engine(database_url))
     submit_jobs(sessions, gpus=3, count=4)
     with transaction(sessions) as session:
-        session.query(DispatchIntentRow).delete()   # as if every message had gone out
+        session.query(DispatchIntentRow).delete()  # as if every message had gone out
     assert explain_waiting_jobs(sessions, []) == 4
     assert reasons(sessions) == {"no live cpu worker": 4}
 

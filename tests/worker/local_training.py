@@ -1,4 +1,6 @@
-"""Run the real launcher and DDP ranks from a test, without the service, and read what they left."""
+"""Run the real trainer from a test, without the service, and read what it left: a one-rank job
+in this process (the rank's own set-up and trainer, without a spawn), a wider one through the
+real launcher and DDP ranks."""
 
 from __future__ import annotations
 
@@ -6,20 +8,30 @@ import json
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from trainjobs.contract.events import StateChange
+from trainjobs.contract.run import RunRequest
 from trainjobs.contract.spec import JobSpec
-from worker.local_run import local_request, train_locally
+from trainjobs.worker.launcher import rendezvous_store
+from trainjobs.worker.local_run import local_request, train_locally
+from trainjobs.worker.rank import train_rank
 
 
 def mlp_spec(**overrides) -> dict:
     """An MLP on 80 synthetic 3x4x4 images: 64 train, 16 validation."""
     spec = {
         "model": {"name": "mlp", "params": {"hidden": [16]}},
-        "data": {"name": "synthetic-images", "params": {"num_samples": 80, "image_size": 4, "num_classes": 4,
-                                                         "val_fraction": 0.2}},
-        "device": "cpu", "gpus": 1, "epochs": 1, "batch_size": 8,
-        "optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.9}, "lr_scaling": "none",
+        "data": {
+            "name": "synthetic-images",
+            "params": {"num_samples": 80, "image_size": 4, "num_classes": 4, "val_fraction": 0.2},
+        },
+        "device": "cpu",
+        "gpus": 1,
+        "epochs": 1,
+        "batch_size": 8,
+        "optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.9},
+        "lr_scaling": "none",
     }
     spec.update(overrides)
     return spec
@@ -44,11 +56,31 @@ class LocalRun:
         return sorted(path.name for path in (self.workdir / "checkpoints" / self.job_id).glob("*.pt"))
 
 
-def run_locally(workdir: Path, job_id: str, spec: dict, resume_path: str | None = None,
-                init_path: str | None = None) -> LocalRun:
-    request = local_request(JobSpec.model_validate(spec), workdir, workdir / "data", resume_path=resume_path,
-                            init_path=init_path, job_id=job_id)
-    return LocalRun(workdir, job_id, train_locally(request))
+def run_locally(
+    workdir: Path, job_id: str, spec: dict, resume_path: str | None = None, init_path: str | None = None
+) -> LocalRun:
+    request = local_request(
+        JobSpec.model_validate(spec),
+        workdir,
+        workdir / "data",
+        resume_path=resume_path,
+        init_path=init_path,
+        job_id=job_id,
+    )
+    outcome = train_in_process(request) if request.spec.world_size == 1 else train_locally(request)
+    return LocalRun(workdir, job_id, outcome)
+
+
+def train_in_process(request: RunRequest) -> StateChange:
+    """The one rank of a one-rank job, run in this process as a spawned rank would run it."""
+    store = rendezvous_store(1, timeout_seconds=60)
+    try:
+        return StateChange(state="succeeded", stop_reason=train_rank(0, request, store.port))
+    except Exception as error:
+        return StateChange(state="failed", stop_reason="error", error=f"{type(error).__name__}: {error}")
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def assert_same_weights(first: dict, second: dict, rtol: float = 1e-5) -> None:

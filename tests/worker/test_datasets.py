@@ -9,9 +9,9 @@ import torch
 from PIL import Image
 
 from trainjobs.contract.spec import JobSpec
-from worker.trainer.catalog import build_datasets, build_model
-from worker.trainer.data.hdf5 import pack_wav_folder
-from worker.trainer.data.mulaw import mulaw_decode, mulaw_encode
+from trainjobs.worker.trainer.catalog import build_datasets, build_model
+from trainjobs.worker.trainer.data.hdf5 import pack_wav_folder
+from trainjobs.worker.trainer.data.mulaw import mulaw_decode, mulaw_encode
 
 
 def write_wav(path, seconds=0.5, rate=8000, frequency=440.0):
@@ -25,8 +25,16 @@ def write_wav(path, seconds=0.5, rate=8000, frequency=440.0):
 
 
 def spec_params(data: dict, model: dict) -> JobSpec:
-    return JobSpec.model_validate({"model": model, "data": data, "device": "cpu", "epochs": 1, "batch_size": 2,
-                                   "optimizer": {"name": "sgd", "lr": 0.1}})
+    return JobSpec.model_validate(
+        {
+            "model": model,
+            "data": data,
+            "device": "cpu",
+            "epochs": 1,
+            "batch_size": 2,
+            "optimizer": {"name": "sgd", "lr": 0.1},
+        }
+    )
 
 
 def test_mu_law_round_trips_within_one_quantisation_step():
@@ -41,8 +49,9 @@ def test_an_image_folder_gives_one_class_per_sub_folder_and_sizes_the_model(tmp_
         (tmp_path / "pets" / label).mkdir(parents=True)
         for index in range(3):
             Image.new("RGB", (20, 10), colour).save(tmp_path / "pets" / label / f"{index}.png")
-    spec = spec_params({"name": "image-folder", "params": {"root": "pets", "image_size": 8, "val_fraction": 0.3}},
-                       {"name": "mlp"})
+    spec = spec_params(
+        {"name": "image-folder", "params": {"root": "pets", "image_size": 8, "val_fraction": 0.3}}, {"name": "mlp"}
+    )
     assert spec.model.params["num_classes"] is None  # the API cannot know; the worker fills it
     full, train, val = build_datasets(spec.data.name, spec.data.params, tmp_path)
     assert (len(full), len(train), len(val), full.num_classes) == (6, 4, 2, 2)

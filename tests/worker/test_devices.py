@@ -2,8 +2,8 @@
 
 import threading
 
-from worker.devices import DevicePool
-from worker.trainer.distributed import gpu_visibility
+from trainjobs.worker.devices import DevicePool
+from trainjobs.worker.trainer.distributed import gpu_visibility
 
 
 def test_leases_never_share_a_device_and_release_returns_them():
@@ -44,5 +44,5 @@ def test_concurrent_leases_hand_out_each_device_once():
 def test_each_ddp_rank_sees_only_its_leased_gpu_and_dataparallel_sees_all():
     assert gpu_visibility(0, 2, [2, 3]) == ("2", 0)
     assert gpu_visibility(1, 2, [2, 3]) == ("3", 0)
-    assert gpu_visibility(0, 1, [4, 5, 6]) == ("4,5,6", 0)      # strategy dp: one process, all GPUs
-    assert gpu_visibility(1, 2, None) == (None, 1)               # trainjobs train: the shell's GPUs
+    assert gpu_visibility(0, 1, [4, 5, 6]) == ("4,5,6", 0)  # strategy dp: one process, all GPUs
+    assert gpu_visibility(1, 2, None) == (None, 1)  # trainjobs train: the shell's GPUs

@@ -1,7 +1,7 @@
 import pytest
 
 from trainjobs.contract.spec import SchedulerSpec
-from worker.trainer.schedule import lr_factor
+from trainjobs.worker.trainer.schedule import lr_factor
 
 
 def test_warm_up_ramps_linearly_to_the_peak():
@@ -30,11 +30,18 @@ def test_rotation_keeps_the_newest_n_and_the_best():
     from datetime import UTC, datetime
 
     from trainjobs.contract.events import CheckpointRecord
-    from worker.trainer.checkpoints import to_remove
+    from trainjobs.worker.trainer.checkpoints import to_remove
 
     def record(epoch: int) -> CheckpointRecord:
-        return CheckpointRecord(id=f"j-e{epoch}", epoch=epoch, size_bytes=1, sha256="0" * 64, is_best=False,
-                                created_at=datetime.now(UTC), path=f"j/{epoch}.pt")
+        return CheckpointRecord(
+            id=f"j-e{epoch}",
+            epoch=epoch,
+            size_bytes=1,
+            sha256="0" * 64,
+            is_best=False,
+            created_at=datetime.now(UTC),
+            path=f"j/{epoch}.pt",
+        )
 
     kept = [record(epoch) for epoch in range(1, 6)]
     assert [r.epoch for r in to_remove(kept, keep_last=2, best_id="j-e2")] == [1, 3]

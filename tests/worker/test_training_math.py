@@ -27,13 +27,21 @@ def test_accumulating_k_micro_batches_of_b_equals_one_batch_of_kb(tmp_path, step
     large = run_locally(tmp_path, "large", mlp_spec(batch_size=4 * steps))
     assert accumulated.outcome.state == large.outcome.state == "succeeded"
     assert_same_weights(accumulated.checkpoint(1)["model"], large.checkpoint(1)["model"])
-    assert (accumulated.checkpoint(1)["scheduler"]["last_epoch"] == large.checkpoint(1)["scheduler"]["last_epoch"]
-            == optimizer_steps)
+    assert (
+        accumulated.checkpoint(1)["scheduler"]["last_epoch"]
+        == large.checkpoint(1)["scheduler"]["last_epoch"]
+        == optimizer_steps
+    )
 
 
 def test_four_epochs_equal_two_then_a_resume_for_two_more(tmp_path):
-    spec = mlp_spec(gpus=2, batch_size=4, epochs=4, optimizer={"name": "adamw", "lr": 0.01},
-                    scheduler={"name": "cosine", "warmup_epochs": 1})
+    spec = mlp_spec(
+        gpus=2,
+        batch_size=4,
+        epochs=4,
+        optimizer={"name": "adamw", "lr": 0.01},
+        scheduler={"name": "cosine", "warmup_epochs": 1},
+    )
     straight = run_locally(tmp_path, "straight", spec)
     # A second run of the same spec stands for one interrupted after epoch 2: its epoch-2
     # checkpoint is what the interrupted run would have left (the cosine spans all 4 epochs).
@@ -48,7 +56,7 @@ def test_four_epochs_equal_two_then_a_resume_for_two_more(tmp_path):
     assert resumed_losses[4:] == straight_losses[2:]
     assert resumed_losses[:4] == straight_losses  # the same spec and seed: the same losses
     lrs = [row["lr"] for row in straight.metrics]
-    assert lrs[0] == pytest.approx(0.01)            # warm-up over epoch 1 reaches the peak
+    assert lrs[0] == pytest.approx(0.01)  # warm-up over epoch 1 reaches the peak
     assert lrs[-1] == pytest.approx(0.0, abs=1e-12)  # cosine ends at 0
 
 
@@ -68,23 +76,30 @@ def test_a_diverging_fp32_loss_fails_naming_the_epoch_and_step(tmp_path):
 
 
 def test_checkpoints_keep_the_last_n_and_the_best_and_open_with_weights_only(tmp_path):
-    run = run_locally(tmp_path, "rotate", mlp_spec(epochs=4, checkpoint={"every_epochs": 1, "keep_last": 2},
-                                                     precision="bf16"))
+    run = run_locally(
+        tmp_path, "rotate", mlp_spec(epochs=4, checkpoint={"every_epochs": 1, "keep_last": 2}, precision="bf16")
+    )
     assert run.outcome.state == "succeeded"
     files = run.checkpoint_files()
     best_epoch = min(run.metrics, key=lambda row: row["val_loss"])["epoch"]
     assert set(files) == {"rotate-e0003.pt", "rotate-e0004.pt", f"rotate-e{best_epoch:04d}.pt"}
     state = run.checkpoint(4)
     assert not any(key.startswith("module.") for key in state["model"])
-    assert state["epoch"] == 4 and state["scaler"] is None and state["best_checkpoint_id"] == f"rotate-e{best_epoch:04d}"
+    assert (
+        state["epoch"] == 4 and state["scaler"] is None and state["best_checkpoint_id"] == f"rotate-e{best_epoch:04d}"
+    )
 
 
 def test_init_from_loads_matching_weights_and_reports_a_new_head(tmp_path):
     source = run_locally(tmp_path, "source", mlp_spec())
     # Same body, a head for 6 classes instead of 4.
-    spec = mlp_spec(data={"name": "synthetic-images", "params": {"num_samples": 80, "image_size": 4, "num_classes": 6,
-                                                                  "val_fraction": 0.2}},
-                    optimizer={"name": "sgd", "lr": 1e-12, "momentum": 0.0})
+    spec = mlp_spec(
+        data={
+            "name": "synthetic-images",
+            "params": {"num_samples": 80, "image_size": 4, "num_classes": 6, "val_fraction": 0.2},
+        },
+        optimizer={"name": "sgd", "lr": 1e-12, "momentum": 0.0},
+    )
     tuned = run_locally(tmp_path, "tuned", spec, init_path="source/source-e0001.pt")
     assert tuned.outcome.state == "succeeded"
     body = "layers.1.weight"
@@ -103,5 +118,5 @@ def test_gradient_clipping_bounds_every_step(tmp_path):
     def distance(weights):
         return math.sqrt(sum(float(((weights[key] - start[key]) ** 2).sum()) for key in start))
 
-    assert distance(clipped) <= 8 * 0.1 * 0.01 * (1 + 1e-4)   # 8 steps of at most lr x 0.01
+    assert distance(clipped) <= 8 * 0.1 * 0.01 * (1 + 1e-4)  # 8 steps of at most lr x 0.01
     assert distance(free) > 10 * distance(clipped)

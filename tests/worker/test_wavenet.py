@@ -1,7 +1,7 @@
 import torch
 from torch import nn
 
-from worker.trainer.models.wavenet import WaveNet
+from trainjobs.worker.trainer.models.wavenet import WaveNet
 
 
 def make() -> WaveNet:

@@ -5,7 +5,13 @@ from __future__ import annotations
 from pydantic import Field
 
 from trainjobs.contract.catalog import (
-    DataInfo, DataPath, DatasetEntry, DatasetParams, ModelEntry, ModelParams, SpecError,
+    DataInfo,
+    DataPath,
+    DatasetEntry,
+    DatasetParams,
+    ModelEntry,
+    ModelParams,
+    SpecError,
 )
 
 # ---- datasets ---------------------------------------------------------------------------------
@@ -26,8 +32,9 @@ class SyntheticImagesParams(DatasetParams):
     num_classes: int = Field(10, ge=2, le=10_000)
 
     def describe(self) -> DataInfo:
-        return DataInfo(kind="classification", num_classes=self.num_classes,
-                        input_shape=(3, self.image_size, self.image_size))
+        return DataInfo(
+            kind="classification", num_classes=self.num_classes, input_shape=(3, self.image_size, self.image_size)
+        )
 
 
 class DigitsParams(DatasetParams):
@@ -55,32 +62,52 @@ class WavFolderParams(DatasetParams):
 
 class Hdf5Params(DatasetParams):
     path: DataPath = Field(description="an HDF5 file written by `trainjobs data pack`")
-    mu: int | None = Field(None, ge=2, le=65_536, description="mu-law levels the file was packed with [read from the file]")
+    mu: int | None = Field(
+        None, ge=2, le=65_536, description="mu-law levels the file was packed with [read from the file]"
+    )
 
     def describe(self) -> DataInfo:
         return DataInfo(kind="audio", mu=self.mu)
 
 
 DATASETS: dict[str, DatasetEntry] = {
-    "synthetic-audio": DatasetEntry(SyntheticAudioParams, "worker.trainer.data.synthetic_audio:build",
-                                    "sums of sines with noise, mu-law encoded (learnable, generated)"),
-    "synthetic-images": DatasetEntry(SyntheticImagesParams, "worker.trainer.data.synthetic_images:build",
-                                     "per-class patterns under noise (learnable, generated)"),
-    "digits": DatasetEntry(DigitsParams, "worker.trainer.data.digits:build",
-                           "scikit-learn's 1,797 8x8 handwritten digits, shipped in the package"),
-    "image-folder": DatasetEntry(ImageFolderParams, "worker.trainer.data.folders:build_image_folder",
-                                 "images under TRAINJOBS_DATA_ROOT, a sub-folder per class"),
-    "wav-folder": DatasetEntry(WavFolderParams, "worker.trainer.data.folders:build_wav_folder",
-                               "WAV files under TRAINJOBS_DATA_ROOT, cut into clips and mu-law encoded"),
-    "hdf5": DatasetEntry(Hdf5Params, "worker.trainer.data.hdf5:build",
-                         "mu-law clips packed once by `trainjobs data pack` (no decoding per epoch)"),
+    "synthetic-audio": DatasetEntry(
+        SyntheticAudioParams,
+        "trainjobs.worker.trainer.data.synthetic_audio:build",
+        "sums of sines with noise, mu-law encoded (learnable, generated)",
+    ),
+    "synthetic-images": DatasetEntry(
+        SyntheticImagesParams,
+        "trainjobs.worker.trainer.data.synthetic_images:build",
+        "per-class patterns under noise (learnable, generated)",
+    ),
+    "digits": DatasetEntry(
+        DigitsParams,
+        "trainjobs.worker.trainer.data.digits:build",
+        "scikit-learn's 1,797 8x8 handwritten digits, shipped in the package",
+    ),
+    "image-folder": DatasetEntry(
+        ImageFolderParams,
+        "trainjobs.worker.trainer.data.folders:build_image_folder",
+        "images under TRAINJOBS_DATA_ROOT, a sub-folder per class",
+    ),
+    "wav-folder": DatasetEntry(
+        WavFolderParams,
+        "trainjobs.worker.trainer.data.folders:build_wav_folder",
+        "WAV files under TRAINJOBS_DATA_ROOT, cut into clips and mu-law encoded",
+    ),
+    "hdf5": DatasetEntry(
+        Hdf5Params,
+        "trainjobs.worker.trainer.data.hdf5:build",
+        "mu-law clips packed once by `trainjobs data pack` (no decoding per epoch)",
+    ),
 }
 
 
 # ---- models -----------------------------------------------------------------------------------
 
 
-def _fill(params: ModelParams, name: str, theirs) -> dict:
+def _fill(params: ModelParams, name: str, theirs: object) -> dict[str, object]:
     """A data-describing param: the spec's value if given (it must agree), else the dataset's."""
     ours = getattr(params, name)
     if ours is not None and theirs is not None and ours != theirs:
@@ -95,7 +122,7 @@ class WaveNetParams(ModelParams):
     dilation_depth: int = Field(8, ge=1, le=16, description="dilations 1, 2, ... 2^(depth-1) per stack")
     n_repeat: int = Field(2, ge=1, le=16, description="stacks of dilated layers")
 
-    def resolve(self, data: DataInfo) -> "WaveNetParams":
+    def resolve(self, data: DataInfo) -> WaveNetParams:
         if data.kind != "audio":
             raise SpecError("model.name", "wavenet needs an audio dataset")
         return self.model_copy(update=_fill(self, "mu", data.mu))
@@ -106,7 +133,7 @@ class MlpParams(ModelParams):
     in_features: int | None = Field(None, ge=1, description="[the dataset's input size]")
     num_classes: int | None = Field(None, ge=2, description="[the dataset's classes]")
 
-    def resolve(self, data: DataInfo) -> "MlpParams":
+    def resolve(self, data: DataInfo) -> MlpParams:
         if data.kind != "classification":
             raise SpecError("model.name", "mlp needs a classification dataset")
         if any(width < 1 or width > 65_536 for width in self.hidden):
@@ -116,24 +143,31 @@ class MlpParams(ModelParams):
             in_features = 1
             for size in data.input_shape:
                 in_features *= size
-        return self.model_copy(update={**_fill(self, "in_features", in_features),
-                                       **_fill(self, "num_classes", data.num_classes)})
+        return self.model_copy(
+            update={**_fill(self, "in_features", in_features), **_fill(self, "num_classes", data.num_classes)}
+        )
 
 
 class ResNet50Params(ModelParams):
     num_classes: int | None = Field(None, ge=2, description="[the dataset's classes]")
 
-    def resolve(self, data: DataInfo) -> "ResNet50Params":
+    def resolve(self, data: DataInfo) -> ResNet50Params:
         if data.kind != "classification" or (data.input_shape and data.input_shape[0] != 3):
             raise SpecError("model.name", "resnet50 needs a dataset of 3-channel images")
         return self.model_copy(update=_fill(self, "num_classes", data.num_classes))
 
 
 MODELS: dict[str, ModelEntry] = {
-    "wavenet": ModelEntry(WaveNetParams, "worker.trainer.models.wavenet:build",
-                          "dilated causal convolutions (van den Oord et al. 2016) over mu-law audio"),
-    "mlp": ModelEntry(MlpParams, "worker.trainer.models.mlp:build", "a multilayer perceptron"),
-    "resnet50": ModelEntry(ResNet50Params, "worker.trainer.models.resnet:build_resnet50",
-                           "torchvision's ResNet-50, randomly initialised (needs the 'vision' extra)",
-                           channels_last=True),
+    "wavenet": ModelEntry(
+        WaveNetParams,
+        "trainjobs.worker.trainer.models.wavenet:build",
+        "dilated causal convolutions (van den Oord et al. 2016) over mu-law audio",
+    ),
+    "mlp": ModelEntry(MlpParams, "trainjobs.worker.trainer.models.mlp:build", "a multilayer perceptron"),
+    "resnet50": ModelEntry(
+        ResNet50Params,
+        "trainjobs.worker.trainer.models.resnet:build_resnet50",
+        "torchvision's ResNet-50, randomly initialised (needs the 'vision' extra)",
+        channels_last=True,
+    ),
 }

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import logging
 import posixpath
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import entry_points
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -73,7 +73,7 @@ class DatasetParams(StrictModel):
 
 
 class ModelParams(StrictModel):
-    def resolve(self, data: DataInfo) -> "ModelParams":
+    def resolve(self, data: DataInfo) -> ModelParams:
         """Fill the params that describe the data from the dataset; refuse a mismatch."""
         return self
 
@@ -81,16 +81,15 @@ class ModelParams(StrictModel):
 @dataclass(frozen=True)
 class ModelEntry:
     params: type[ModelParams]
-    builder: str                       # "package.module:function", called with the params dict
+    builder: str  # "package.module:function", called with the params dict
     description: str = ""
-    channels_last: bool = False        # convolutional on images: channels_last memory on cuda
-    info: dict[str, Any] = field(default_factory=dict)
+    channels_last: bool = False  # convolutional on images: channels_last memory on cuda
 
 
 @dataclass(frozen=True)
 class DatasetEntry:
     params: type[DatasetParams]
-    builder: str                       # "package.module:function", called with (params, data_root)
+    builder: str  # "package.module:function", called with (params, data_root)
     description: str = ""
 
 
@@ -108,8 +107,11 @@ def datasets() -> dict[str, DatasetEntry]:
     return {**DATASETS, **_plugins("trainjobs.datasets", DatasetEntry, DATASETS)}
 
 
-def _plugins(group: str, kind: type, builtins: dict) -> dict:
-    found = {}
+Entry = TypeVar("Entry", ModelEntry, DatasetEntry)
+
+
+def _plugins(group: str, kind: type[Entry], builtins: dict[str, Entry]) -> dict[str, Entry]:
+    found: dict[str, Entry] = {}
     for point in entry_points(group=group):
         if point.name in builtins:
             log.warning("plugin %s:%s ignored: the name is built in", group, point.name)
@@ -133,10 +135,15 @@ def describe_params(params: type[BaseModel]) -> list[dict[str, Any]]:
     described = []
     for name, prop in schema.get("properties", {}).items():
         json_type = prop.get("type") or " | ".join(
-            option.get("type", "?") for option in prop.get("anyOf", []) if option.get("type") != "null")
-        described.append({"name": name, "type": json_type, "default": prop.get("default"),
-                          "required": name in schema.get("required", []),
-                          "description": prop.get("description")})
+            option.get("type", "?") for option in prop.get("anyOf", []) if option.get("type") != "null"
+        )
+        described.append(
+            {
+                "name": name,
+                "type": json_type,
+                "default": prop.get("default"),
+                "required": name in schema.get("required", []),
+                "description": prop.get("description"),
+            }
+        )
     return described
-
-

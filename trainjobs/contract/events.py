@@ -71,19 +71,19 @@ class JobEvent(BaseModel):
         return _PAYLOADS[self.kind].model_validate(self.data)
 
     @classmethod
-    def of(cls, job_id: str, attempt: int, payload: BaseModel) -> "JobEvent":
+    def of(cls, job_id: str, attempt: int, payload: BaseModel) -> JobEvent:
         kind = next(name for name, type_ in _PAYLOADS.items() if isinstance(payload, type_))
         return cls(job_id=job_id, attempt=attempt, kind=kind, data=payload.model_dump(mode="json"))
 
     def to_stream_fields(self) -> dict[str, str]:
-        return {"job_id": self.job_id, "attempt": str(self.attempt), "kind": self.kind,
-                "data": json.dumps(self.data)}
+        return {"job_id": self.job_id, "attempt": str(self.attempt), "kind": self.kind, "data": json.dumps(self.data)}
 
     @classmethod
-    def from_stream_fields(cls, fields: dict[bytes | str, bytes | str]) -> "JobEvent":
+    def from_stream_fields(cls, fields: dict[bytes | str, bytes | str]) -> JobEvent:
         text = {_text(key): _text(value) for key, value in fields.items()}
-        return cls(job_id=text["job_id"], attempt=int(text["attempt"]), kind=text["kind"],
-                   data=json.loads(text["data"]))
+        return cls(
+            job_id=text["job_id"], attempt=int(text["attempt"]), kind=text["kind"], data=json.loads(text["data"])
+        )
 
 
 def _text(value: bytes | str) -> str:

@@ -13,16 +13,16 @@ class RunRequest(BaseModel):
     job_id: str
     attempt: int
     spec: JobSpec
-    devices: list[int] = []                 # leased cuda device ids; empty on cpu
-    run_dir: str                            # rank logs, results and errors of this attempt
-    checkpoint_dir: str                     # the checkpoint store's root
-    data_root: str                          # datasets read files only under it
+    devices: list[int] = []  # leased cuda device ids; empty on cpu
+    run_dir: str  # rank logs, results and errors of this attempt
+    checkpoint_dir: str  # the checkpoint store's root
+    data_root: str  # datasets read files only under it
     # Where rank 0 reports: the service's Redis stream, or (both None: `trainjobs train`) the
     # console, with the ranks' output left on the terminal instead of in log files.
     redis_url: str | None = None
     events_stream: str | None = None
-    resume_path: str | None = None          # relative to checkpoint_dir
-    init_path: str | None = None            # relative to checkpoint_dir
+    resume_path: str | None = None  # relative to checkpoint_dir
+    init_path: str | None = None  # relative to checkpoint_dir
     process_group_timeout_seconds: float = 120.0
     # CPU threads each rank may use. A worker gives each of its slots an equal share of the
     # host's cores, so concurrent jobs never oversubscribe them; None (`trainjobs train`, which
@@ -42,4 +42,3 @@ class RankResult(BaseModel):
     """Written by rank 0 after the final barrier: every rank has finished its work by then."""
 
     stop_reason: str
-    epoch: int

@@ -9,9 +9,17 @@ filled, which is what the job document shows back.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import ConfigDict, Field, ValidationError, model_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+    model_validator,
+)
 
 from trainjobs.contract import catalog
 from trainjobs.contract.catalog import SpecError, StrictModel
@@ -47,7 +55,7 @@ class SchedulerSpec(StrictModel):
     gamma: float | None = Field(None, gt=0.0, le=1.0, description="step: factor at each decay [0.1]")
 
     @model_validator(mode="after")
-    def _fill_step_params(self) -> "SchedulerSpec":
+    def _fill_step_params(self) -> SchedulerSpec:
         if self.name == "step":
             self.step_size = self.step_size or 1
             self.gamma = self.gamma or 0.1
@@ -56,7 +64,7 @@ class SchedulerSpec(StrictModel):
         return self
 
     @model_serializer(mode="wrap")
-    def _drop_unset_step_params(self, handler):
+    def _drop_unset_step_params(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         return {key: value for key, value in handler(self).items() if value is not None}
 
 
@@ -70,12 +78,16 @@ class CheckpointPolicy(StrictModel):
     keep_last: int = Field(3, ge=1)
 
 
-EXAMPLE_SPEC = {
+EXAMPLE_SPEC: dict[str, Any] = {
     "name": "wavenet-demo",
     "model": {"name": "wavenet", "params": {"n_residue": 16, "n_skip": 32, "dilation_depth": 6, "n_repeat": 2}},
     "data": {"name": "synthetic-audio", "params": {"num_samples": 256, "length": 512, "mu": 64}},
-    "device": "cpu", "gpus": 2, "epochs": 3, "batch_size": 8,
-    "optimizer": {"name": "adamw", "lr": 0.002}, "lr_scaling": "none",
+    "device": "cpu",
+    "gpus": 2,
+    "epochs": 3,
+    "batch_size": 8,
+    "optimizer": {"name": "adamw", "lr": 0.002},
+    "lr_scaling": "none",
     "scheduler": {"name": "cosine", "warmup_epochs": 1},
     "checkpoint": {"every_epochs": 1, "keep_last": 3},
 }
@@ -106,7 +118,7 @@ class JobSpec(StrictModel):
     max_runtime_seconds: int | None = Field(None, ge=1)
 
     @model_validator(mode="after")
-    def _check_against_catalog(self) -> "JobSpec":
+    def _check_against_catalog(self) -> JobSpec:
         try:
             self._resolve_catalog()
             self._check_device_rules()
@@ -156,7 +168,10 @@ def scaled_lr(base_lr: float, rule: str, k: int) -> float:
     return base_lr * {"linear": k, "sqrt": math.sqrt(k), "none": 1}[rule]
 
 
-def _validate_params(params_type, params: dict[str, Any], field: str):
+ParamsT = TypeVar("ParamsT", bound=BaseModel)
+
+
+def _validate_params(params_type: type[ParamsT], params: dict[str, Any], field: str) -> ParamsT:
     try:
         return params_type.model_validate(params)
     except ValidationError as error:

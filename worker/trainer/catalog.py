@@ -14,7 +14,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from trainjobs.contract import catalog
-from worker.trainer.data.split import split_train_val
+from trainjobs.worker.trainer.data.split import split_train_val
 
 
 def _import_builder(dotted: str):
@@ -32,8 +32,10 @@ def build_datasets(name: str, params: dict[str, Any], data_root: Path) -> tuple[
 def build_model(name: str, params: dict[str, Any], dataset: Dataset | None = None) -> nn.Module:
     """Params the API could not know (a folder's classes, a packed file's mu) come from the
     dataset, which exposes them as attributes of the same name."""
-    filled = {key: getattr(dataset, key, None) if value is None and dataset is not None else value
-              for key, value in params.items()}
+    filled = {
+        key: getattr(dataset, key, None) if value is None and dataset is not None else value
+        for key, value in params.items()
+    }
     missing = [key for key, value in filled.items() if value is None]
     if missing:
         raise ValueError(f"model.params {missing} are not given and the dataset does not say")

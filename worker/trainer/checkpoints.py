@@ -1,18 +1,25 @@
-"""Checkpoint files: written by rank 0 atomically into the store, rotated to `keep_last` plus
-the best. Each file is a dict that `torch.load(path, weights_only=True)` opens; its "model" is
-the plain model's state dict (no `module.` prefix)."""
+"""Checkpoints: a storage interface, its local-directory implementation, and the checkpointer
+that owns what a job keeps (torchtitan's checkpointer is the model).
+
+Each file is a dict that `torch.load(path, weights_only=True)` opens; its "model" is the plain
+model's state dict (no `module.` prefix). Rank 0 writes one atomically, reports it, and rotates
+the old ones out down to `keep_last` plus the best.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
+from pydantic import BaseModel
 
-from trainjobs.contract.events import CheckpointRecord
-from worker.trainer.clock import utcnow
+from trainjobs.contract.events import CheckpointRecord, CheckpointRemoved
+from trainjobs.worker.trainer.clock import utcnow
 
 FORMAT_VERSION = 1
 
@@ -21,26 +28,37 @@ def checkpoint_id(job_id: str, epoch: int) -> str:
     return f"{job_id}-e{epoch:04d}"
 
 
-class CheckpointStore:
+@dataclass(frozen=True)
+class StoredObject:
+    size_bytes: int
+    sha256: str
+
+
+class CheckpointStorage(Protocol):
+    """Where checkpoint files live, addressed by a path relative to the store's root. `write`
+    returns only once the object is complete: a reader never sees half of one."""
+
+    def write(self, relative: str, state: dict[str, Any]) -> StoredObject: ...
+    def delete(self, relative: str) -> None: ...
+    def load(self, relative: str) -> dict[str, Any]: ...
+
+
+class LocalDirStorage:
     def __init__(self, root: Path):
         self.root = root
 
-    def write(self, job_id: str, epoch: int, state: dict[str, Any], is_best: bool) -> CheckpointRecord:
-        relative = f"{job_id}/{checkpoint_id(job_id, epoch)}.pt"
+    def write(self, relative: str, state: dict[str, Any]) -> StoredObject:
         path = self.root / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         temporary = path.with_suffix(".tmp")
-        torch.save({"format_version": FORMAT_VERSION, **state}, temporary)
+        torch.save(state, temporary)
         with open(temporary, "rb+") as file:
             os.fsync(file.fileno())
         os.replace(temporary, path)  # a reader never sees half a file
-        return CheckpointRecord(
-            id=checkpoint_id(job_id, epoch), epoch=epoch, size_bytes=path.stat().st_size,
-            sha256=_sha256(path), is_best=is_best, created_at=utcnow(), path=relative,
-        )
+        return StoredObject(size_bytes=path.stat().st_size, sha256=_sha256(path))
 
-    def delete(self, record: CheckpointRecord) -> None:
-        (self.root / record.path).unlink(missing_ok=True)
+    def delete(self, relative: str) -> None:
+        (self.root / relative).unlink(missing_ok=True)
 
     def load(self, relative: str) -> dict[str, Any]:
         return torch.load(self.root / relative, map_location="cpu", weights_only=True)
@@ -59,3 +77,65 @@ def to_remove(kept: list[CheckpointRecord], keep_last: int, best_id: str | None)
     newest = sorted(kept, key=lambda record: record.epoch)[-keep_last:]
     keep = {record.id for record in newest} | ({best_id} if best_id else set())
     return [record for record in kept if record.id not in keep]
+
+
+class Checkpointer:
+    """A job's checkpoints: writing, the kept list, the best one, rotation, and reporting each
+    change (`report`: the run's event reporter)."""
+
+    def __init__(
+        self, storage: CheckpointStorage, job_id: str, keep_last: int, report: Callable[[BaseModel], None] | None
+    ):
+        self.storage = storage
+        self.job_id = job_id
+        self.keep_last = keep_last
+        self.report = report  # rank 0's reporter; other ranks never save
+        self.kept: list[CheckpointRecord] = []
+        self.best_id: str | None = None
+
+    def save(self, epoch: int, state: dict[str, Any], is_best: bool) -> CheckpointRecord:
+        """Write this epoch's checkpoint (`state`: the trainer's, this object's included), report
+        it, and rotate old ones out."""
+        assert self.report is not None, "only rank 0 saves checkpoints"
+        relative = f"{self.job_id}/{checkpoint_id(self.job_id, epoch)}.pt"
+        stored = self.storage.write(relative, {"format_version": FORMAT_VERSION, **state})
+        record = CheckpointRecord(
+            id=checkpoint_id(self.job_id, epoch),
+            epoch=epoch,
+            size_bytes=stored.size_bytes,
+            sha256=stored.sha256,
+            is_best=is_best,
+            created_at=utcnow(),
+            path=relative,
+        )
+        self.kept.append(record)
+        if is_best:
+            self.best_id = record.id
+        self.report(record)  # with is_best, the collector un-marks the previous best
+        for old in to_remove(self.kept, self.keep_last, self.best_id):
+            self.storage.delete(old.path)
+            self.kept.remove(old)
+            self.report(CheckpointRemoved(id=old.id))
+        return record
+
+    def load(self, relative: str) -> dict[str, Any]:
+        return self.storage.load(relative)
+
+    def state_dict(self) -> dict[str, Any]:
+        # In a checkpoint file: the kept list as it stood before that file was written.
+        return {
+            "kept_checkpoints": [record.model_dump(mode="json") for record in self.kept],
+            "best_checkpoint_id": self.best_id,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        # Rotation only ever touches this job's own files: a resume into a new job (resume_from
+        # another job's checkpoint) starts with none kept and leaves the source job's files alone.
+        own = f"{self.job_id}-"
+        self.kept = [
+            CheckpointRecord.model_validate(record)
+            for record in state["kept_checkpoints"]
+            if record["id"].startswith(own)
+        ]
+        best = state["best_checkpoint_id"]
+        self.best_id = best if best and best.startswith(own) else None

@@ -9,7 +9,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from worker.devices import core_share
+from trainjobs.worker.devices import core_share
 
 
 @dataclass(frozen=True)
@@ -23,8 +23,15 @@ class RankContext:
         return self.rank == 0
 
 
-def init_rank(rank: int, world_size: int, store_port: int, device_kind: str, timeout_seconds: float,
-              leased_gpus: list[int] | None = None, threads: int | None = None) -> RankContext:
+def init_rank(
+    rank: int,
+    world_size: int,
+    store_port: int,
+    device_kind: str,
+    timeout_seconds: float,
+    leased_gpus: list[int] | None = None,
+    threads: int | None = None,
+) -> RankContext:
     """`store_port`: the launcher's rendezvous store on this host.
     `leased_gpus`: the GPUs a worker leased to the job (physical ids). With DDP each rank then
     sees only its own, set before CUDA initialises; DataParallel (one rank) sees them all.
@@ -41,8 +48,14 @@ def init_rank(rank: int, world_size: int, store_port: int, device_kind: str, tim
         device, backend = torch.device("cuda", index), "nccl"
     else:
         device, backend = torch.device("cpu"), "gloo"
-    dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout,
-                            device_id=device if device.type == "cuda" else None)
+    dist.init_process_group(
+        backend,
+        store=store,
+        rank=rank,
+        world_size=world_size,
+        timeout=timeout,
+        device_id=device if device.type == "cuda" else None,
+    )
     return RankContext(rank=rank, world_size=world_size, device=device)
 
 

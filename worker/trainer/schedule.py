@@ -22,6 +22,7 @@ def lr_factor(spec: SchedulerSpec, epochs: int, progress: float) -> float:
         span = max(epochs - warmup, 1e-9)
         return 0.5 * (1.0 + math.cos(math.pi * min(after / span, 1.0)))
     if spec.name == "step":
+        assert spec.gamma is not None and spec.step_size is not None  # the spec requires both for "step"
         return spec.gamma ** int(after // spec.step_size)
     return 1.0
 

@@ -1,5 +1,5 @@
-"""The training loop. One Trainer per job attempt per rank; everything a resume needs is in
-its state_dict.
+"""The training loop. One Trainer per job attempt per rank, given its parts (builder.py) and its
+checkpointer (checkpoints.py); everything a resume needs is in its state_dict.
 
 Read `train_epoch` top to bottom: autocast, the gradient scaler, accumulation with gradient
 sync on the last micro-step only, clipping and the per-step schedule are each a few lines.
@@ -9,68 +9,52 @@ from __future__ import annotations
 
 import math
 import time
-from pathlib import Path
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from pydantic import BaseModel
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler, Subset
 
-from trainjobs.contract.events import CheckpointRecord, CheckpointRemoved, EpochMetrics
+from trainjobs.contract.events import EpochMetrics
 from trainjobs.contract.spec import JobSpec
-from worker.trainer.checkpoints import CheckpointStore, to_remove
-from worker.trainer.catalog import build_datasets, build_model, uses_channels_last
-from worker.trainer.distributed import RankContext, all_reduce_sum
-from worker.trainer.schedule import build_scheduler
+from trainjobs.worker.trainer.builder import TrainingParts
+from trainjobs.worker.trainer.checkpoints import Checkpointer
+from trainjobs.worker.trainer.distributed import RankContext, all_reduce_sum
 
 AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 class Trainer:
-    def __init__(self, spec: JobSpec, job_id: str, rank: RankContext, store: CheckpointStore,
-                 data_root: Path, reporter=None):
+    def __init__(
+        self,
+        spec: JobSpec,
+        parts: TrainingParts,
+        rank: RankContext,
+        checkpointer: Checkpointer,
+        report: Callable[[BaseModel], None] | None = None,
+    ):
         self.spec = spec
-        self.job_id = job_id
         self.rank = rank
-        self.store = store
-        self.reporter = reporter  # rank 0 only; None elsewhere
-        device = rank.device
-        torch.manual_seed(spec.seed)
+        self.checkpointer = checkpointer
+        self.report = report  # rank 0 only; None elsewhere
+        self.raw_model = parts.model
+        self.model = parts.wrapped
+        self.train_loader, self.train_sampler, self.val_loader = (
+            parts.train_loader,
+            parts.train_sampler,
+            parts.val_loader,
+        )
+        self.optimizer, self.scheduler, self.scaler = parts.optimizer, parts.scheduler, parts.scaler
+        self.memory_format = parts.memory_format
+        self.steps_per_epoch = parts.steps_per_epoch
 
-        full_set, train_set, val_set = build_datasets(spec.data.name, spec.data.params, data_root)
-        self.train_sampler = DistributedSampler(train_set, num_replicas=rank.world_size, rank=rank.rank,
-                                                shuffle=True, seed=spec.seed)
-        # Validation is sharded without padding so every sample counts exactly once.
-        val_shard = Subset(val_set, range(rank.rank, len(val_set), rank.world_size))
-        # DataParallel splits each batch over its GPUs inside one process: it loads all of them.
-        batch_size = spec.batch_size * (spec.gpus if spec.strategy == "dp" else 1)
-        loader_options = _loader_options(spec.data.params, device)
-        self.train_loader = DataLoader(train_set, batch_size=batch_size, sampler=self.train_sampler,
-                                       **loader_options)
-        self.val_loader = DataLoader(val_shard, batch_size=batch_size, **loader_options)
-
-        self.memory_format = (torch.channels_last if device.type == "cuda" and uses_channels_last(spec.model.name)
-                              else torch.contiguous_format)
-        self.raw_model = build_model(spec.model.name, spec.model.params, full_set)
-        self.raw_model = self.raw_model.to(device, memory_format=self.memory_format)
-        if spec.strategy == "dp":
-            self.model: nn.Module = nn.DataParallel(self.raw_model, device_ids=list(range(spec.gpus)))
-        else:
-            self.model = DistributedDataParallel(
-                self.raw_model, device_ids=[device.index] if device.type == "cuda" else None)
-        self.optimizer = _build_optimizer(spec, self.raw_model)
-        self.steps_per_epoch = math.ceil(len(self.train_loader) / spec.accumulation_steps)
-        self.scheduler = build_scheduler(self.optimizer, spec.scheduler, spec.epochs, self.steps_per_epoch)
-        self.scaler = torch.amp.GradScaler(device.type, enabled=spec.precision == "fp16")
-
-        self.epoch = 0                      # last finished epoch
+        self.epoch = 0  # last finished epoch
         self.best_val_loss = math.inf
         self.epochs_without_improvement = 0
-        self.kept: list[CheckpointRecord] = []
-        self.best_checkpoint_id: str | None = None
 
     # ---- the loop ------------------------------------------------------------------------------
 
@@ -86,9 +70,10 @@ class Trainer:
             self.epoch = epoch
             stopping = self._should_stop_early()
             if self.rank.is_main:
-                self.reporter.send(metrics)
+                assert self.report is not None
+                self.report(metrics)
                 if improved or stopping or self._checkpoint_due(epoch):
-                    self.save_checkpoint(is_best=improved)
+                    self.checkpointer.save(epoch, self.state_dict(), is_best=improved)
             if stopping:
                 return "early_stopping"
         return "completed"
@@ -99,8 +84,12 @@ class Trainer:
         seconds = time.perf_counter() - start
         val_loss, val_accuracy = self.evaluate()
         return EpochMetrics(
-            epoch=epoch, train_loss=train_loss, val_loss=val_loss, val_accuracy=val_accuracy,
-            lr=self.optimizer.param_groups[0]["lr"], epoch_seconds=seconds,
+            epoch=epoch,
+            train_loss=train_loss,
+            val_loss=val_loss,
+            val_accuracy=val_accuracy,
+            lr=self.optimizer.param_groups[0]["lr"],
+            epoch_seconds=seconds,
             samples_per_second=samples / seconds if seconds > 0 else 0.0,
         )
 
@@ -108,7 +97,7 @@ class Trainer:
         """One pass over this rank's shard; returns the global mean loss and global samples."""
         spec, device = self.spec, self.rank.device
         self.model.train()
-        self.train_sampler.set_epoch(epoch)   # a different shuffle each epoch, the same on every rank
+        self.train_sampler.set_epoch(epoch)  # a different shuffle each epoch, the same on every rank
         n_batches = len(self.train_loader)
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         first_bad_step = torch.full((), -1, dtype=torch.long, device=device)
@@ -135,7 +124,7 @@ class Trainer:
                 if spec.grad_clip_norm is not None:
                     self.scaler.unscale_(self.optimizer)
                     nn.utils.clip_grad_norm_(self.raw_model.parameters(), spec.grad_clip_norm)
-                self.scaler.step(self.optimizer)   # under fp16 a step with inf/nan gradients is skipped
+                self.scaler.step(self.optimizer)  # under fp16 a step with inf/nan gradients is skipped
                 self.scaler.update()
                 self.optimizer.zero_grad(set_to_none=True)
                 self.scheduler.step()
@@ -150,7 +139,7 @@ class Trainer:
         """Mean validation loss and accuracy over the whole validation set (all ranks)."""
         device = self.rank.device
         self.model.eval()
-        loss_sum, correct, count = 0.0, 0.0, 0
+        loss_sum, correct, count = 0.0, 0.0, 0.0
         for inputs, targets in self.val_loader:
             inputs = inputs.to(device, non_blocking=True, memory_format=self._input_format(inputs))
             targets = targets.to(device, non_blocking=True)
@@ -173,19 +162,7 @@ class Trainer:
         self.raw_model.load_state_dict(usable, strict=False)
         return sorted(set(own) - set(usable))
 
-    # ---- checkpoints ---------------------------------------------------------------------------
-
-    def save_checkpoint(self, is_best: bool) -> None:
-        """Rank 0: write this epoch's checkpoint, report it, and rotate the old ones out."""
-        record = self.store.write(self.job_id, self.epoch, self.state_dict(), is_best)
-        self.kept.append(record)
-        if is_best:
-            self.best_checkpoint_id = record.id
-        self.reporter.send(record)  # with is_best, the collector un-marks the previous best
-        for old in to_remove(self.kept, self.spec.checkpoint.keep_last, self.best_checkpoint_id):
-            self.store.delete(old)
-            self.kept.remove(old)
-            self.reporter.send(CheckpointRemoved(id=old.id))
+    # ---- state ------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
         return {
@@ -196,10 +173,11 @@ class Trainer:
             "epoch": self.epoch,
             "best_val_loss": self.best_val_loss,
             "epochs_without_improvement": self.epochs_without_improvement,
-            "kept_checkpoints": [record.model_dump(mode="json") for record in self.kept],
-            "best_checkpoint_id": self.best_checkpoint_id,
-            "rng": {"torch": torch.get_rng_state(),
-                    "cuda": torch.cuda.get_rng_state(self.rank.device) if self.rank.device.type == "cuda" else None},
+            **self.checkpointer.state_dict(),
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state(self.rank.device) if self.rank.device.type == "cuda" else None,
+            },
             "spec": self.spec.model_dump(mode="json"),
         }
 
@@ -212,13 +190,7 @@ class Trainer:
         self.epoch = state["epoch"]
         self.best_val_loss = state["best_val_loss"]
         self.epochs_without_improvement = state["epochs_without_improvement"]
-        # Rotation only ever touches this job's own files: a resume into a new job (resume_from
-        # another job's checkpoint) starts with none kept and leaves the source job's files alone.
-        own = f"{self.job_id}-"
-        self.kept = [CheckpointRecord.model_validate(record) for record in state["kept_checkpoints"]
-                     if record["id"].startswith(own)]
-        best = state["best_checkpoint_id"]
-        self.best_checkpoint_id = best if best and best.startswith(own) else None
+        self.checkpointer.load_state_dict(state)
         torch.set_rng_state(state["rng"]["torch"])
         if state["rng"].get("cuda") is not None and self.rank.device.type == "cuda":
             torch.cuda.set_rng_state(state["rng"]["cuda"], self.rank.device)
@@ -245,18 +217,3 @@ class Trainer:
 
     def _checkpoint_due(self, epoch: int) -> bool:
         return epoch % self.spec.checkpoint.every_epochs == 0 or epoch == self.spec.epochs
-
-
-def _build_optimizer(spec: JobSpec, model: nn.Module) -> torch.optim.Optimizer:
-    options = spec.optimizer
-    lr = spec.effective_lr
-    if options.name == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=lr, momentum=options.momentum,
-                               weight_decay=options.weight_decay)
-    return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=options.weight_decay)
-
-
-def _loader_options(params: dict[str, Any], device: torch.device) -> dict[str, Any]:
-    workers = params["num_workers"]
-    return {"num_workers": workers, "pin_memory": params["pin_memory"] and device.type == "cuda",
-            "persistent_workers": workers > 0}

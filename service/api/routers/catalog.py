@@ -7,9 +7,9 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
-from service.api.deps import bearer_scheme, require_caller
-from service.api.error_docs import errors
 from trainjobs.contract import catalog
+from trainjobs.service.api.deps import bearer_scheme, require_caller
+from trainjobs.service.api.error_docs import errors
 
 router = APIRouter(prefix="/v1", tags=["catalog"], responses=errors(401), dependencies=bearer_scheme)
 
@@ -33,10 +33,12 @@ class CatalogList(BaseModel):
 
 
 def _listing(entries: dict) -> CatalogList:
-    return CatalogList(items=[
-        CatalogEntry(name=name, description=entry.description, params=catalog.describe_params(entry.params))
-        for name, entry in sorted(entries.items())
-    ])
+    return CatalogList(
+        items=[
+            CatalogEntry(name=name, description=entry.description, params=catalog.describe_params(entry.params))
+            for name, entry in sorted(entries.items())
+        ]
+    )
 
 
 @router.get("/models", response_model=CatalogList)

@@ -8,15 +8,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse
 from pydantic import BaseModel
 
-from service import jobs
-from service.api.deps import State, bearer_scheme, unit_of_work
-from service.api.error_docs import errors
-from service.checkpoint_files import resolve_in_store
-from service.errors import NotFound
-from service.repositories import checkpoints
+from trainjobs.service import jobs
+from trainjobs.service.api.deps import State, bearer_scheme, unit_of_work
+from trainjobs.service.api.error_docs import errors
+from trainjobs.service.checkpoint_files import resolve_in_store
+from trainjobs.service.errors import NotFound
+from trainjobs.service.repositories import checkpoints
 
-router = APIRouter(prefix="/v1/jobs/{job_id}/checkpoints", tags=["checkpoints"], responses=errors(401, 404),
-                   dependencies=bearer_scheme)
+router = APIRouter(
+    prefix="/v1/jobs/{job_id}/checkpoints", tags=["checkpoints"], responses=errors(401, 404), dependencies=bearer_scheme
+)
 
 
 class CheckpointOut(BaseModel):
@@ -40,8 +41,11 @@ def list_checkpoints(job_id: str, request: Request) -> CheckpointList:
         return CheckpointList(items=[CheckpointOut.model_validate(row, from_attributes=True) for row in rows])
 
 
-@router.get("/{checkpoint_id}", response_class=FileResponse,
-            responses={200: {"content": {"application/octet-stream": {}}, "description": "the checkpoint file"}})
+@router.get(
+    "/{checkpoint_id}",
+    response_class=FileResponse,
+    responses={200: {"content": {"application/octet-stream": {}}, "description": "the checkpoint file"}},
+)
 def download_checkpoint(job_id: str, checkpoint_id: str, request: Request, state: State) -> FileResponse:
     with unit_of_work(request) as work:
         job = jobs.get_visible(work.session, work.caller, job_id)
@@ -49,5 +53,9 @@ def download_checkpoint(job_id: str, checkpoint_id: str, request: Request, state
         if row is None or row.job_id != job.id:
             raise NotFound(f"checkpoint {checkpoint_id} not found")
     path = resolve_in_store(state.settings.checkpoint_path, row.path)
-    return FileResponse(path, media_type="application/octet-stream", filename=f"{row.id}.pt",
-                        headers={"X-Checkpoint-SHA256": row.sha256})
+    return FileResponse(
+        path,
+        media_type="application/octet-stream",
+        filename=f"{row.id}.pt",
+        headers={"X-Checkpoint-SHA256": row.sha256},
+    )

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import redis
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from sqlalchemy import text
 
-from service.api.deps import State
+from trainjobs.service.api.deps import State
 
 router = APIRouter(tags=["health"])
 
@@ -26,12 +25,11 @@ def readyz(state: State) -> JSONResponse:
     except Exception:
         down.append("sql")
     try:
-        client = redis.Redis.from_url(state.settings.redis_url, socket_timeout=2, socket_connect_timeout=2)
-        client.ping()
-        client.close()
+        state.redis.ping()
     except Exception:
         down.append("redis")
     if down:
-        return JSONResponse({"status": "unavailable", "detail": f"not answering: {', '.join(down)}", "down": down},
-                            status_code=503)
+        return JSONResponse(
+            {"status": "unavailable", "detail": f"not answering: {', '.join(down)}", "down": down}, status_code=503
+        )
     return JSONResponse({"status": "ok"})

@@ -7,24 +7,32 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
 
-from service import jobs, timeline
-from service.api.deps import State, bearer_scheme, unit_of_work
-from service.api.error_docs import errors
-from service.run_logs import tail_rank_logs
-from service.sse import job_event_stream
 from trainjobs.contract.job import JobDocument, JobPage
 from trainjobs.contract.spec import JobSpec
+from trainjobs.service import jobs, timeline
+from trainjobs.service.api.deps import State, bearer_scheme, unit_of_work
+from trainjobs.service.api.error_docs import errors
+from trainjobs.service.run_logs import tail_rank_logs
+from trainjobs.service.sse import job_event_stream
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=errors(401, 404), dependencies=bearer_scheme)
 
 StateFilter = Literal["queued", "running", "cancelling", "succeeded", "failed", "cancelled"]
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobDocument,
-             responses={200: {"model": JobDocument, "description": "a repeat of an Idempotency-Key"},
-                        **errors(413)})
-def submit_job(spec: JobSpec, request: Request, state: State, response: Response,
-               idempotency_key: Annotated[str | None, Header(max_length=256)] = None) -> JobDocument:
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=JobDocument,
+    responses={200: {"model": JobDocument, "description": "a repeat of an Idempotency-Key"}, **errors(413)},
+)
+def submit_job(
+    spec: JobSpec,
+    request: Request,
+    state: State,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(max_length=256)] = None,
+) -> JobDocument:
     with unit_of_work(request) as work:
         job, created = jobs.submit(work.session, work.caller, spec, state.dispatcher, idempotency_key)
         document = timeline.document(job)
@@ -35,15 +43,18 @@ def submit_job(spec: JobSpec, request: Request, state: State, response: Response
 
 
 @router.get("", response_model=JobPage)
-def list_jobs(request: Request, state: StateFilter | None = None,
-              limit: Annotated[int, Query(ge=1, le=500)] = 50, cursor: str | None = None) -> JobPage:
+def list_jobs(
+    request: Request,
+    state: StateFilter | None = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    cursor: str | None = None,
+) -> JobPage:
     with unit_of_work(request) as work:
         return jobs.list_page(work.session, work.caller, state=state, limit=limit, cursor=cursor)
 
 
 @router.get("/{job_id}", response_model=JobDocument, responses={304: {"description": "unchanged since the ETag given"}})
-def get_job(job_id: str, request: Request, response: Response,
-            if_none_match: Annotated[str | None, Header()] = None):
+def get_job(job_id: str, request: Request, response: Response, if_none_match: Annotated[str | None, Header()] = None):
     with unit_of_work(request) as work:
         job = jobs.get_visible(work.session, work.caller, job_id)
         # Every change to a job bumps updated_at, so it names the document's version: a poll of
@@ -55,29 +66,45 @@ def get_job(job_id: str, request: Request, response: Response,
         return timeline.document(job)
 
 
-@router.get("/{job_id}/events", response_class=StreamingResponse,
-            responses={200: {"content": {"text/event-stream": {}},
-                             "description": "events `state` (the job), `metrics` (one epoch), `checkpoint`"}})
-def job_events(job_id: str, request: Request, state: State,
-               last_event_id: Annotated[str | None, Header()] = None) -> StreamingResponse:
+@router.get(
+    "/{job_id}/events",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "content": {"text/event-stream": {}},
+            "description": "events `state` (the job), `metrics` (one epoch), `checkpoint`",
+        }
+    },
+)
+def job_events(
+    job_id: str, request: Request, state: State, last_event_id: Annotated[str | None, Header()] = None
+) -> StreamingResponse:
     with unit_of_work(request) as work:
         job = jobs.get_visible(work.session, work.caller, job_id)
     after = jobs.parse_last_event_id(last_event_id)
-    return StreamingResponse(job_event_stream(state.read_sessions, job.id, after), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return StreamingResponse(
+        job_event_stream(state.read_sessions, job.id, after),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
-@router.get("/{job_id}/logs", response_class=PlainTextResponse,
-            responses={200: {"content": {"text/plain": {}}, "description": "every rank's output, lines prefixed [rank N]"}})
-def job_logs(job_id: str, request: Request, state: State,
-             tail: Annotated[int | None, Query(ge=1, le=100_000)] = None) -> PlainTextResponse:
+@router.get(
+    "/{job_id}/logs",
+    response_class=PlainTextResponse,
+    responses={200: {"content": {"text/plain": {}}, "description": "every rank's output, lines prefixed [rank N]"}},
+)
+def job_logs(
+    job_id: str, request: Request, state: State, tail: Annotated[int | None, Query(ge=1, le=100_000)] = None
+) -> PlainTextResponse:
     with unit_of_work(request) as work:
         job = jobs.get_visible(work.session, work.caller, job_id)
     return PlainTextResponse(tail_rank_logs(state.settings.run_path, job.id, job.attempt, tail))
 
 
-@router.post("/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=JobDocument,
-             responses=errors(409))
+@router.post(
+    "/{job_id}/cancel", status_code=status.HTTP_202_ACCEPTED, response_model=JobDocument, responses=errors(409)
+)
 def cancel_job(job_id: str, request: Request) -> JobDocument:
     with unit_of_work(request) as work:
         return timeline.document(jobs.cancel(work.session, work.caller, job_id))

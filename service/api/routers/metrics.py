@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
-from service import jobs
-from fastapi import Request
-
-from service.api.deps import bearer_scheme, unit_of_work
-from service.api.error_docs import errors
-from service.repositories import epoch_metrics
 from trainjobs.contract.events import EpochMetrics
+from trainjobs.service import jobs
+from trainjobs.service.api.deps import bearer_scheme, unit_of_work
+from trainjobs.service.api.error_docs import errors
+from trainjobs.service.repositories import epoch_metrics
 
-router = APIRouter(prefix="/v1/jobs/{job_id}/metrics", tags=["metrics"], responses=errors(401, 404),
-                   dependencies=bearer_scheme)
+router = APIRouter(
+    prefix="/v1/jobs/{job_id}/metrics", tags=["metrics"], responses=errors(401, 404), dependencies=bearer_scheme
+)
 
 
 class MetricsList(BaseModel):

@@ -5,13 +5,12 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
-import redis
 from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
-from service.api.deps import State, bearer_scheme, require_caller
-from service.api.error_docs import errors
 from trainjobs.contract.workers import read_workers
+from trainjobs.service.api.deps import State, bearer_scheme, require_caller
+from trainjobs.service.api.error_docs import errors
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"], responses=errors(401), dependencies=bearer_scheme)
 
@@ -33,14 +32,19 @@ class WorkerList(BaseModel):
 @router.get("", response_model=WorkerList)
 def list_workers(request: Request, state: State) -> WorkerList:
     require_caller(request)
-    client = redis.Redis.from_url(state.settings.redis_url, socket_timeout=5)
-    try:
-        workers = read_workers(client, state.settings.workers_key)
-    finally:
-        client.close()
+    workers = read_workers(state.redis, state.settings.workers_key)
     now = time.time()
-    return WorkerList(items=[
-        WorkerOut(hostname=w.hostname, device=w.device, slots=w.slots, busy=w.busy, jobs=w.jobs,
-                  last_seen=w.last_seen_at, lost=w.is_lost(now, state.settings.worker_lost_seconds))
-        for w in workers
-    ])
+    return WorkerList(
+        items=[
+            WorkerOut(
+                hostname=w.hostname,
+                device=w.device,
+                slots=w.slots,
+                busy=w.busy,
+                jobs=w.jobs,
+                last_seen=w.last_seen_at,
+                lost=w.is_lost(now, state.settings.worker_lost_seconds),
+            )
+            for w in workers
+        ]
+    )

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from worker.trainer.data.mulaw import mulaw_encode
-from worker.trainer.data.paths import inside_data_root
+from trainjobs.worker.trainer.data.mulaw import mulaw_encode
+from trainjobs.worker.trainer.data.paths import inside_data_root
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
 
@@ -21,8 +21,12 @@ class ImageFolder(Dataset):
 
     def __init__(self, root: Path, image_size: int):
         self.classes = sorted(entry.name for entry in root.iterdir() if entry.is_dir())
-        self.samples = [(path, label) for label, name in enumerate(self.classes)
-                        for path in sorted((root / name).iterdir()) if path.suffix.lower() in IMAGE_SUFFIXES]
+        self.samples = [
+            (path, label)
+            for label, name in enumerate(self.classes)
+            for path in sorted((root / name).iterdir())
+            if path.suffix.lower() in IMAGE_SUFFIXES
+        ]
         if len(self.classes) < 2 or not self.samples:
             raise ValueError(f"{root} needs at least two class folders with images")
         self.image_size = image_size

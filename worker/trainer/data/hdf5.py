@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from worker.trainer.data.folders import CodeClips, wav_clips
-from worker.trainer.data.paths import inside_data_root
+from trainjobs.worker.trainer.data.folders import CodeClips, wav_clips
+from trainjobs.worker.trainer.data.paths import inside_data_root
 
 
 def pack_wav_folder(root: Path, output: Path, length: int, mu: int) -> int:

@@ -8,14 +8,14 @@ import math
 import torch
 from torch.utils.data import Dataset
 
-from worker.trainer.data.mulaw import mulaw_encode
+from trainjobs.worker.trainer.data.mulaw import mulaw_encode
 
 
 class SyntheticAudio(Dataset):
     def __init__(self, num_samples: int, length: int, mu: int, seed: int):
         generator = torch.Generator().manual_seed(seed)
         t = torch.arange(length + 1, dtype=torch.float32)
-        frequencies = torch.rand(num_samples, 3, 1, generator=generator) * 0.2 + 0.01   # cycles per sample
+        frequencies = torch.rand(num_samples, 3, 1, generator=generator) * 0.2 + 0.01  # cycles per sample
         phases = torch.rand(num_samples, 3, 1, generator=generator) * 2 * math.pi
         amplitudes = torch.rand(num_samples, 3, 1, generator=generator) * 0.3
         waves = (amplitudes * torch.sin(2 * math.pi * frequencies * t + phases)).sum(dim=1)

@@ -11,7 +11,7 @@ class MLP(nn.Module):
         super().__init__()
         widths = [in_features, *hidden]
         layers: list[nn.Module] = [nn.Flatten()]
-        for width_in, width_out in zip(widths, widths[1:]):
+        for width_in, width_out in zip(widths, widths[1:], strict=False):
             layers += [nn.Linear(width_in, width_out), nn.ReLU()]
         layers.append(nn.Linear(widths[-1], num_classes))
         self.layers = nn.Sequential(*layers)

@@ -36,7 +36,8 @@ class WaveNet(nn.Module):
         """codes: (batch, time) ints in [0, mu) -> logits (batch, mu, time) for the next sample."""
         x = self.embed(codes).transpose(1, 2)
         skip = 0
-        for layer, (dilation, dilated, to_skip) in enumerate(zip(self.dilations, self.dilated_convs, self.skip_convs)):
+        layers = zip(self.dilations, self.dilated_convs, self.skip_convs, strict=True)
+        for layer, (dilation, dilated, to_skip) in enumerate(layers):
             # Left padding keeps the convolution causal and the length unchanged.
             filter_, gate = dilated(F.pad(x, (dilation, 0))).chunk(2, dim=1)
             gated = torch.tanh(filter_) * torch.sigmoid(gate)

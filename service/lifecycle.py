@@ -1,0 +1,226 @@
+"""A job's life: every write to a job's row happens here, through a named transition.
+
+Each transition checks the state it starts from and refuses one the state machine does not allow
+(`TransitionRefused`, which the API answers with 409), sets the fields, and appends the timeline
+event, all in the caller's transaction. Callers pass a row they hold locked
+(`jobs.get(..., for_update=True)`), except `claim` and `renew`, which are one conditional UPDATE
+each so that two workers racing for a job cannot both win.
+
+The table in docs/design.md ("A job's life") lists the transitions; a test checks it against
+`TRANSITIONS`.
+
+    submit ─> queued ─claim─> running ─finish─> succeeded | failed | cancelled
+                │  ^            │   │
+          cancel│  └─requeue────┘   └─cancel─> cancelling ─finish─> cancelled
+                v
+            cancelled
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session
+
+from trainjobs.contract.events import TERMINAL_STATES, CheckpointRecord, EpochMetrics, StateChange
+from trainjobs.contract.spec import JobSpec
+from trainjobs.service import timeline
+from trainjobs.service.errors import Conflict
+from trainjobs.service.repositories import checkpoints, dispatch_intents, epoch_metrics, jobs
+from trainjobs.service.tables import JobRow, utcnow
+
+ACTIVE_STATES = frozenset({"running", "cancelling"})
+
+
+@dataclass(frozen=True)
+class Transition:
+    name: str
+    from_states: frozenset[str]  # empty: the job is created by it
+    to_states: frozenset[str]
+    caller: str
+
+
+TRANSITIONS = {
+    t.name: t
+    for t in (
+        Transition("submit", frozenset(), frozenset({"queued"}), "API (POST /v1/jobs)"),
+        Transition("claim", frozenset({"queued"}), frozenset({"running"}), "worker"),
+        Transition("renew", ACTIVE_STATES, ACTIVE_STATES, "worker"),
+        Transition(
+            "cancel",
+            frozenset({"queued", "running", "cancelling"}),
+            frozenset({"cancelled", "cancelling"}),
+            "API (POST /v1/jobs/{id}/cancel)",
+        ),
+        Transition("finish", ACTIVE_STATES, TERMINAL_STATES, "collector (the launcher's or worker's report); reaper"),
+        Transition("requeue", frozenset({"running"}), frozenset({"queued"}), "reaper (lease ran out)"),
+        Transition("explain_waiting", frozenset({"queued"}), frozenset({"queued"}), "reaper's sweep; worker"),
+    )
+}
+
+
+class TransitionRefused(Conflict):
+    """The job is not in a state the transition starts from (or the report is stale)."""
+
+
+def _check(job: JobRow, transition: str) -> None:
+    if job.state not in TRANSITIONS[transition].from_states:
+        if job.state in TERMINAL_STATES:
+            raise TransitionRefused(f"job {job.id} is already {job.state}")
+        raise TransitionRefused(f"job {job.id} is {job.state}: cannot {transition} it")
+
+
+def _set(job: JobRow, **changes: object) -> None:
+    for column, value in changes.items():
+        setattr(job, column, value)
+    job.updated_at = utcnow()
+
+
+def _state_changed(session: Session, job: JobRow) -> None:
+    session.flush()
+    timeline.state_changed(session, job)
+
+
+# ---- transitions ---------------------------------------------------------------------------------
+
+
+def submit(session: Session, owner: str, spec: JobSpec, idempotency_key: str | None) -> JobRow:
+    """A new queued job with its dispatch intent (the outbox: service.dispatch)."""
+    now = utcnow()
+    job = JobRow(
+        id="j" + secrets.token_hex(8),
+        owner=owner,
+        name=spec.name,
+        state="queued",
+        stop_reason=None,
+        spec=spec.model_dump(mode="json"),
+        device=spec.device,
+        world_size=spec.world_size,
+        epoch=0,
+        metrics=None,
+        error=None,
+        waiting_reason=None,
+        worker=None,
+        attempt=1,
+        idempotency_key=idempotency_key,
+        created_at=now,
+        started_at=None,
+        finished_at=None,
+        updated_at=now,
+    )
+    jobs.add(session, job)
+    dispatch_intents.add(session, job.id, job.device)
+    _state_changed(session, job)
+    return job
+
+
+def claim(session: Session, job_id: str, worker: str, lease_seconds: float) -> JobRow | None:
+    """queued -> running for `worker`, with a lease it must renew; None when the job is not
+    queued (another worker won the race, or it was cancelled)."""
+    job = jobs.claim(session, job_id, worker, lease_seconds)
+    if job is not None:
+        _state_changed(session, job)
+    return job
+
+
+def renew(session: Session, job_id: str, worker: str, attempt: int, lease_seconds: float) -> bool:
+    """Extend `worker`'s lease on a running job; False when it is no longer theirs."""
+    return jobs.renew_lease(session, job_id, worker, attempt, lease_seconds)
+
+
+def cancel(session: Session, job: JobRow) -> None:
+    """A queued job is cancelled at once (a claim needs it queued, so it never starts); a running
+    one becomes "cancelling" and its worker ends every rank and reports "cancelled". Cancelling
+    a job that is already cancelling changes nothing."""
+    _check(job, "cancel")
+    if job.state == "cancelling":
+        return
+    if job.state == "queued":
+        _set(job, state="cancelled", stop_reason="cancelled", finished_at=utcnow(), waiting_reason=None)
+        dispatch_intents.remove(session, job.id)
+    else:
+        _set(job, state="cancelling")
+    _state_changed(session, job)
+
+
+def finish(session: Session, job: JobRow, attempt: int, outcome: StateChange) -> None:
+    """running or cancelling -> a terminal state, as the attempt `attempt` reported it. A report
+    from an older attempt (its worker was lost and the job moved on) is refused."""
+    if outcome.state not in TERMINAL_STATES:
+        raise TransitionRefused(f"job {job.id}: finish needs a terminal state, not {outcome.state}")
+    if attempt != job.attempt:
+        raise TransitionRefused(f"job {job.id} is at attempt {job.attempt}; a report of attempt {attempt} is stale")
+    _check(job, "finish")
+    _set(
+        job,
+        state=outcome.state,
+        stop_reason=outcome.stop_reason,
+        error=outcome.error,
+        finished_at=utcnow(),
+        lease_owner=None,
+        lease_expires_at=None,
+        waiting_reason=None,
+    )
+    _state_changed(session, job)
+
+
+def requeue(session: Session, job: JobRow, reason: str) -> None:
+    """running -> queued with `attempt` + 1, dispatched again; the next worker resumes it from
+    its last checkpoint."""
+    _check(job, "requeue")
+    _set(
+        job,
+        state="queued",
+        attempt=job.attempt + 1,
+        worker=None,
+        lease_owner=None,
+        lease_expires_at=None,
+        waiting_reason=reason,
+    )
+    dispatch_intents.add(session, job.id, job.device)
+    _state_changed(session, job)
+
+
+def explain_waiting(session: Session, job: JobRow, reason: str | None) -> bool:
+    """Say why a queued job waits (None: it no longer does); False when that is already said.
+
+    A job that can run again gets a new dispatch intent: its message may have been dropped by a
+    worker too small for it (a duplicate claims nothing)."""
+    _check(job, "explain_waiting")
+    if job.waiting_reason == reason:
+        return False
+    _set(job, waiting_reason=reason)
+    if reason is None and not dispatch_intents.exists(session, job.id):
+        dispatch_intents.add(session, job.id, job.device)
+    _state_changed(session, job)
+    return True
+
+
+# ---- results: recorded in any state, they change no state ----------------------------------------
+
+
+def record_epoch(session: Session, job: JobRow, attempt: int, metrics: EpochMetrics) -> bool:
+    """Keep one epoch's metrics; False when that epoch is recorded already.
+
+    Epochs finished by an earlier attempt are real results too: keyed by epoch, the first report
+    wins, and an epoch re-run after a resume is not counted twice."""
+    data = metrics.model_dump(mode="json")
+    if not epoch_metrics.record(session, job.id, metrics.epoch, attempt, data):
+        return False
+    timeline.metrics_recorded(session, job, data)
+    if metrics.epoch > job.epoch:
+        _set(job, epoch=metrics.epoch, metrics=data)
+    return True
+
+
+def record_checkpoint(session: Session, job: JobRow, record: CheckpointRecord) -> None:
+    checkpoints.record(session, job.id, record)
+    if record.is_best:
+        checkpoints.mark_best(session, job.id, record.id)
+    timeline.checkpoint_recorded(session, job, {**record.model_dump(mode="json", exclude={"path"}), "job_id": job.id})
+
+
+def remove_checkpoint(session: Session, job: JobRow, checkpoint_id: str) -> None:
+    """Rank 0 rotated a checkpoint out."""
+    checkpoints.remove(session, checkpoint_id)

@@ -1,0 +1,108 @@
+"""What a worker reads from and writes to SQL, in one place.
+
+A worker touches a job only through these functions: it reads the queue around a run message,
+claims a job, keeps its lease (and learns of a cancel), and says why a job cannot run. Every
+write is a job-life transition (trainjobs.service.lifecycle). What comes back is plain data,
+never an ORM row, so the worker knows nothing of the tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from trainjobs.scheduling import QueuedJob
+from trainjobs.service import lifecycle
+from trainjobs.service.repositories import checkpoints, jobs
+from trainjobs.service.tables import JobRow
+
+OLDER_JOBS_READ = 200  # the most older queued jobs looked at for first-in-line
+
+
+@dataclass(frozen=True)
+class MessageView:
+    """A run message's job as the worker finds it."""
+
+    state: str | None  # None: no such job
+    job: QueuedJob | None = None  # set while it is queued
+    older: list[QueuedJob] = field(default_factory=list)  # queued before it, same device, oldest first
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    id: str
+    attempt: int
+    spec: dict[str, Any]
+    resume_path: str | None  # relative to the checkpoint store
+    init_path: str | None
+    missing_checkpoint: str | None = None  # why the job cannot start: it names a checkpoint that is gone
+
+
+@dataclass(frozen=True)
+class LeaseCheck:
+    state: str | None  # None: the job is gone
+    same_attempt: bool  # the job is still at the attempt this worker runs
+    ours: bool  # ... and this worker holds its lease
+
+
+def _queued(job: JobRow) -> QueuedJob:
+    return QueuedJob(id=job.id, device=job.device, needed=job.spec["gpus"])
+
+
+def view_message(session: Session, job_id: str) -> MessageView:
+    job = jobs.get(session, job_id)
+    if job is None or job.state != "queued":
+        return MessageView(state=job.state if job else None)
+    older = jobs.queued_before(session, job, limit=OLDER_JOBS_READ)
+    return MessageView(state=job.state, job=_queued(job), older=[_queued(row) for row in older])
+
+
+def claim(session: Session, job_id: str, worker: str, lease_seconds: float) -> ClaimedJob | None:
+    """Take a queued job (None: another worker won it, or it was cancelled) with what its run
+    needs. A later attempt (the previous worker was lost) continues from the job's last
+    checkpoint; a first one from the spec's `resume_from` or `init_from`."""
+    job = lifecycle.claim(session, job_id, worker, lease_seconds)
+    if job is None:
+        return None
+    claimed = ClaimedJob(id=job.id, attempt=job.attempt, spec=job.spec, resume_path=None, init_path=None)
+    latest = checkpoints.latest_for_job(session, job.id) if job.attempt > 1 else None
+    if latest is not None:
+        return replace(claimed, resume_path=latest.path)
+    try:
+        return replace(
+            claimed,
+            resume_path=_checkpoint_path(session, job.spec.get("resume_from")),
+            init_path=_checkpoint_path(session, job.spec.get("init_from")),
+        )
+    except LookupError as missing:
+        return replace(claimed, missing_checkpoint=str(missing))
+
+
+def _checkpoint_path(session: Session, checkpoint_id: str | None) -> str | None:
+    if checkpoint_id is None:
+        return None
+    row = checkpoints.get(session, checkpoint_id)
+    if row is None:
+        raise LookupError(f"checkpoint {checkpoint_id} no longer exists (rotated out or deleted)")
+    return row.path
+
+
+def check_lease(session: Session, job_id: str, worker: str, attempt: int, renew_for: float | None) -> LeaseCheck:
+    """Where the job this worker runs stands; with `renew_for`, extend the lease by that many
+    seconds if it is still ours."""
+    job = jobs.get(session, job_id, for_update=True)
+    if job is None:
+        return LeaseCheck(state=None, same_attempt=False, ours=False)
+    same_attempt = job.attempt == attempt
+    ours = same_attempt and job.lease_owner == worker
+    if ours and renew_for is not None:
+        lifecycle.renew(session, job_id, worker, attempt, renew_for)
+    return LeaseCheck(state=job.state, same_attempt=same_attempt, ours=ours)
+
+
+def explain_waiting(session: Session, job_id: str, reason: str) -> None:
+    job = jobs.get(session, job_id, for_update=True)
+    if job is not None and job.state == "queued":
+        lifecycle.explain_waiting(session, job, reason)
