@@ -1,6 +1,7 @@
 """The API process's background work, on one thread: the collector, and every few seconds the
-reaper (lost workers' jobs), the waiting-reason check and the outbox sweeper. Errors (Redis or
-SQL away) are logged and retried with a capped back-off."""
+reaper (lost workers' jobs), the waiting-reason check and the outbox sweeper. Each step is guarded
+on its own, so one that fails never stops the others; the collector backs off (capped) while SQL
+or Redis is away."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 import redis
 from sqlalchemy.orm import Session, sessionmaker
@@ -36,8 +38,9 @@ class BackgroundLoop:
             settings.events_stream,
             # A name stable across restarts, so a restarted API resumes its own pending events at once.
             consumer=socket.gethostname(),
+            max_failures=settings.collector_max_failures,
         )
-        self._last_fleet: list | None = None
+        self._last_fleet: list[tuple[str, int]] | None = None
         self._next_explain = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="trainjobs-background", daemon=True)
@@ -50,29 +53,43 @@ class BackgroundLoop:
         self._thread.join(timeout=5)
 
     def _sweep(self) -> None:
+        """Each step on its own: one that raises (SQL or Redis away, a bad row) is logged and
+        leaves the others to run."""
         settings = self.settings
-        reaper.requeue_lost_jobs(self.sessions, settings.max_attempts)
+        self._guarded("reap", lambda: reaper.requeue_lost_jobs(self.sessions, settings.max_attempts))
+        self._guarded("explain", self._explain_waiting)
+        self._guarded("dispatch", lambda: dispatch.sweep(self.dispatcher, settings.outbox_grace_seconds))
+
+    def _explain_waiting(self) -> None:
+        settings = self.settings
         workers = live_workers(self.redis, settings.workers_key, settings.worker_lost_seconds)
         # Waiting reasons depend on the fleet: re-read the queue when it changed, else now and then.
-        fleet = sorted((worker.device, worker.slots) for worker in workers)
+        fleet: list[tuple[str, int]] = sorted((worker.device, worker.slots) for worker in workers)
         if fleet != self._last_fleet or time.monotonic() >= self._next_explain:
             changed = reaper.explain_waiting_jobs(self.sessions, workers)
             # A full batch means more reasons are due: the next sweep goes on with them.
             wait = 0.0 if changed >= reaper.EXPLAIN_BATCH else EXPLAIN_EVERY_SECONDS
             self._last_fleet, self._next_explain = fleet, time.monotonic() + wait
-        dispatch.sweep(self.dispatcher, settings.outbox_grace_seconds)
+
+    @staticmethod
+    def _guarded(step: str, run: Callable[[], object]) -> None:
+        try:
+            run()
+        except Exception:
+            log.exception("background step %r failed; the others go on", step)
 
     def _run(self) -> None:
         next_sweep = 0.0
         backoff = 0.5
         while not self._stop.is_set():
+            if time.monotonic() >= next_sweep:
+                self._sweep()
+                next_sweep = time.monotonic() + self.settings.sweep_interval_seconds
             try:
-                if time.monotonic() >= next_sweep:
-                    self._sweep()
-                    next_sweep = time.monotonic() + self.settings.sweep_interval_seconds
                 self.collector.poll(block_ms=500)
                 backoff = 0.5
             except Exception as error:
-                log.warning("background loop: %s; retrying in %.1fs", error, backoff)
+                # SQL or Redis away: the entries stay pending; wait and try again.
+                log.warning("collector: %s; retrying in %.1fs", error, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 10.0)

@@ -3,7 +3,9 @@ them to SQL, acknowledging each only after its transaction committed.
 
 If this process dies, unacknowledged events stay pending in the group and are claimed again
 (by this consumer on restart, or by another after `stale_after_ms`); each write is keyed by job
-and epoch or checkpoint id, so applying an event twice changes nothing.
+and epoch or checkpoint id, so applying an event twice changes nothing. An entry that cannot be
+applied is set aside in the dead-letter stream `<stream>:dead`, with the error, and never holds
+up the entries behind it (`_handle_entry`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import logging
 from typing import Any
 
 import redis
+from pydantic import ValidationError
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from trainjobs.contract.events import (
@@ -28,6 +32,7 @@ from trainjobs.service.repositories import jobs
 log = logging.getLogger(__name__)
 
 GROUP = "collectors"
+DEAD_LETTERS_KEPT = 10_000  # the dead-letter stream is trimmed to about this many entries
 
 
 class EventCollector:
@@ -38,23 +43,27 @@ class EventCollector:
         stream: str,
         consumer: str,
         stale_after_ms: int = 30_000,
+        max_failures: int = 3,
     ):
         self.client = client
         self.sessions = sessions
         self.stream = stream
+        self.dead_letters = dead_letter_stream(stream)
         self.consumer = consumer
         self.stale_after_ms = stale_after_ms
+        self.max_failures = max_failures
+        self._failures: dict[str, int] = {}  # entry id -> failed applications, in this process
         self._group_ready = False
 
     def poll(self, block_ms: int = 500, count: int = 100) -> int:
-        """Apply what is waiting (pending first, then new); return how many events were applied."""
+        """Apply what is waiting (pending first, then new); return how many entries were handled."""
         self._ensure_group()
         entries = self._reclaim_pending(count)
         if not entries:
             reply: Any = self.client.xreadgroup(GROUP, self.consumer, {self.stream: ">"}, count=count, block=block_ms)
             entries = reply[0][1] if reply else []
         for entry_id, fields in entries:
-            self._apply_entry(entry_id, fields)
+            self._handle_entry(_text(entry_id), fields)
         return len(entries)
 
     def _ensure_group(self) -> None:
@@ -68,28 +77,65 @@ class EventCollector:
         self._group_ready = True
 
     def _reclaim_pending(self, count: int) -> list[Any]:
-        # Our own pending entries (delivered before a restart under this consumer name) and
-        # entries another consumer left unacknowledged for too long.
+        # Our own pending entries (delivered before a restart under this consumer name, or left
+        # by a failed application) and entries another consumer left unacknowledged for too long.
         own: Any = self.client.xreadgroup(GROUP, self.consumer, {self.stream: "0"}, count=count)
         entries = own[0][1] if own else []
         if entries:
-            return entries
+            return list(entries)
         reclaimed: Any = self.client.xautoclaim(
             self.stream, GROUP, self.consumer, min_idle_time=self.stale_after_ms, count=count
         )
         return list(reclaimed[1])
 
-    def _apply_entry(self, entry_id, fields) -> None:
+    def _handle_entry(self, entry_id: str, fields: dict[Any, Any]) -> None:
+        """Apply one entry in its own transaction. Nothing one entry holds can stop the others:
+        - one that can never apply (malformed, out of bounds, speaking for another job's
+          checkpoints) goes to the dead-letter stream at once;
+        - one whose transaction fails is retried on the next polls, and dead-lettered after
+          `max_failures` tries;
+        - only SQL being away is raised (the caller backs off), and then the entry stays pending:
+          an outage loses nothing.
+        """
         try:
             event = JobEvent.from_stream_fields(fields)
-        except Exception:
-            log.exception("dropping malformed event %s", entry_id)
-        else:
             with transaction(self.sessions) as session:
                 apply_event(session, event)
+        except (ValidationError, ValueError, KeyError, lifecycle.ForeignRecord) as refused:
+            self._dead_letter(entry_id, fields, f"refused: {refused}")
+            return
+        except (OperationalError, InterfaceError, DisconnectionError):
+            raise
+        except Exception as error:
+            failures = self._failures.get(entry_id, 0) + 1
+            if failures < self.max_failures:
+                self._failures[entry_id] = failures
+                log.warning("event %s failed to apply (try %d of %d): %s", entry_id, failures, self.max_failures, error)
+                return
+            self._dead_letter(entry_id, fields, f"failed {failures} times: {error}")
+            return
+        self._acknowledge(entry_id)
+
+    def _dead_letter(self, entry_id: str, fields: dict[Any, Any], why: str) -> None:
+        log.error("event %s set aside in %s: %s", entry_id, self.dead_letters, why)
+        record: dict[Any, Any] = {_text(key): _text(value) for key, value in fields.items()}
+        record.update(entry_id=entry_id, error=why[:4096])
+        self.client.xadd(self.dead_letters, record, maxlen=DEAD_LETTERS_KEPT, approximate=True)
+        self._acknowledge(entry_id)
+
+    def _acknowledge(self, entry_id: str) -> None:
         # Acknowledged (and deleted, as nobody else reads the stream) only after the commit.
         self.client.xack(self.stream, GROUP, entry_id)
         self.client.xdel(self.stream, entry_id)
+        self._failures.pop(entry_id, None)
+
+
+def dead_letter_stream(stream: str) -> str:
+    return f"{stream}:dead"
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def apply_event(session: Session, event: JobEvent) -> None:

@@ -11,6 +11,7 @@ under WAL, never waits for writers. PostgreSQL needs none of this: writers lock 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -22,6 +23,12 @@ from sqlalchemy.orm import Session, sessionmaker
 POOL_SIZE, MAX_OVERFLOW = 20, 30
 
 
+def _strict_json(value: object) -> str:
+    """JSON columns hold JSON: a NaN or infinity fails the write (and with it only the
+    transaction that tried) instead of storing a token that JSON readers refuse."""
+    return json.dumps(value, allow_nan=False)
+
+
 def make_engine(url: str, read_only: bool = False) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(
@@ -29,12 +36,15 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
             connect_args={"check_same_thread": False, "timeout": 30},
             pool_size=POOL_SIZE,
             max_overflow=MAX_OVERFLOW,
+            json_serializer=_strict_json,
         )
         event.listen(engine, "connect", _sqlite_connect)
         begin = "BEGIN" if read_only else "BEGIN IMMEDIATE"
         event.listen(engine, "begin", lambda connection: connection.exec_driver_sql(begin))
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=MAX_OVERFLOW)
+    return create_engine(
+        url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=MAX_OVERFLOW, json_serializer=_strict_json
+    )
 
 
 def _sqlite_connect(dbapi_connection, _record) -> None:

@@ -78,7 +78,8 @@ def cancel(session: Session, principal: Principal, job_id: str) -> JobRow:
 def parse_last_event_id(value: str | None) -> int:
     if value is None or value == "":
         return 0
-    if not value.isdigit():
+    # ASCII digits only ("²".isdigit() is true), and few enough to be an id this API sent.
+    if not (value.isascii() and value.isdigit() and len(value) <= 18):
         raise InvalidRequest("Last-Event-ID", "must be an event id this API sent", location="header")
     return int(value)
 

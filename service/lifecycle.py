@@ -18,6 +18,7 @@ The table in docs/design.md ("A job's life") lists the transitions; a test check
 
 from __future__ import annotations
 
+import posixpath
 import secrets
 from dataclasses import dataclass
 
@@ -62,6 +63,10 @@ TRANSITIONS = {
 
 class TransitionRefused(Conflict):
     """The job is not in a state the transition starts from (or the report is stale)."""
+
+
+class ForeignRecord(ValueError):
+    """An event about a checkpoint that is not its job's own: its id or path names another job."""
 
 
 def _check(job: JobRow, transition: str) -> None:
@@ -215,6 +220,12 @@ def record_epoch(session: Session, job: JobRow, attempt: int, metrics: EpochMetr
 
 
 def record_checkpoint(session: Session, job: JobRow, record: CheckpointRecord) -> None:
+    """Rank 0 wrote a checkpoint. Its id and path must be the job's own (`<job>-e...`, a file
+    under `<job>/`): whoever can write to the stream must not move a row between jobs or point
+    it at another job's file."""
+    own_path = record.path.startswith(f"{job.id}/") and posixpath.normpath(record.path) == record.path
+    if not record.id.startswith(f"{job.id}-e") or not own_path:
+        raise ForeignRecord(f"checkpoint {record.id!r} at {record.path!r} is not job {job.id}'s own")
     checkpoints.record(session, job.id, record)
     if record.is_best:
         checkpoints.mark_best(session, job.id, record.id)
@@ -222,5 +233,5 @@ def record_checkpoint(session: Session, job: JobRow, record: CheckpointRecord) -
 
 
 def remove_checkpoint(session: Session, job: JobRow, checkpoint_id: str) -> None:
-    """Rank 0 rotated a checkpoint out."""
-    checkpoints.remove(session, checkpoint_id)
+    """Rank 0 rotated a checkpoint out (of its own job: another job's row is never touched)."""
+    checkpoints.remove(session, job.id, checkpoint_id)

@@ -39,6 +39,9 @@ class Settings(BaseSettings):
         120.0, gt=0.0, description="a stalled collective fails the job after this"
     )
     max_attempts: int = Field(3, ge=1, description="attempts of a job whose worker is lost, before it fails")
+    collector_max_failures: int = Field(
+        3, ge=1, le=100, description="tries of a stream entry whose transaction fails, before it is dead-lettered"
+    )
     heartbeat_seconds: float = Field(5.0, gt=0.0, description="how often a worker reports itself")
     worker_lost_seconds: float = Field(30.0, gt=0.0, description="a worker silent this long is shown as lost")
 
@@ -54,6 +57,8 @@ class Settings(BaseSettings):
             "second of 2 to 8 under 50 clients, with p99 three times longer (BENCHMARKS.md)"
         ),
     )
+    api_docs: bool = Field(False, description="serve Swagger's /docs page (its scripts come from a CDN)")
+    cors_origins: str = Field("", description="comma-separated origins a dashboard may call the API from [none]")
     run_background: bool = Field(True, description="run the collector and sweeper inside the API process")
 
     @field_validator("database_url")
@@ -78,6 +83,10 @@ class Settings(BaseSettings):
     @cached_property
     def run_path(self) -> Path:
         return (self.run_dir or self.home / "runs").resolve()
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        return [origin.strip() for origin in self.cors_origins.split(",") if origin.strip()]
 
     @property
     def events_stream(self) -> str:

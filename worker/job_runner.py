@@ -153,7 +153,8 @@ class JobRunner:
                 StateChange(
                     state="failed",
                     stop_reason="error",
-                    error=f"launcher exited with code {launcher.returncode}; see {request.run_path / 'launcher.log'}",
+                    error=f"launcher exited with code {launcher.returncode}; "
+                    f"see launcher.log of attempt {request.attempt}",
                 ),
             )
 

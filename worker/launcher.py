@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import sys
 import time
@@ -91,8 +92,20 @@ def _failure_or_late_success(request: RunRequest, rank: int, exit_code: int) -> 
     error_file = request.run_path / f"rank{rank}.error"
     if error_file.exists():
         tail = error_file.read_text().strip().splitlines()[-TRACEBACK_LINES:]
-        error += ":\n" + "\n".join(tail)
+        error += ":\n" + without_server_paths("\n".join(tail), request)
     return StateChange(state="failed", stop_reason="error", error=error)
+
+
+def without_server_paths(text: str, request: RunRequest) -> str:
+    """A job's error is shown to its owner: it names files by their place in the job's own
+    folders, or by file name, never by the server's absolute paths."""
+    for root, name in (
+        (request.data_root, "<data>"),
+        (request.checkpoint_dir, "<checkpoints>"),
+        (request.run_dir, "<run>"),
+    ):
+        text = text.replace(root.rstrip("/") + "/", name + "/")
+    return re.sub(r'File "(?:[^"]*/)?([^"/]+)"', r'File "\1"', text)
 
 
 def _success(request: RunRequest) -> StateChange | None:

@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import logging
+import math
 from contextlib import asynccontextmanager
+from typing import Any
 
 import anyio.to_thread
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 
 from trainjobs.connections import redis_client
 from trainjobs.service.api import prometheus
-from trainjobs.service.api.body_limit import BodyLimitMiddleware
+from trainjobs.service.api.authentication import AuthenticationMiddleware
+from trainjobs.service.api.body_guard import BodyGuardMiddleware
 from trainjobs.service.api.dashboard_files import install_dashboard
 from trainjobs.service.api.deps import AppState
 from trainjobs.service.api.prometheus import ApiMetrics, LatencyMiddleware
 from trainjobs.service.api.routers import catalog, checkpoints, health, jobs, metrics, workers
+from trainjobs.service.api.security_headers import SecurityHeadersMiddleware
 from trainjobs.service.background import BackgroundLoop
 from trainjobs.service.db import make_engine, make_session_factory
 from trainjobs.service.dispatch import Dispatcher
@@ -52,15 +59,33 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         read_engine.dispose()
         state.redis.close()
 
+    # Swagger's page loads its scripts from a CDN, on the origin whose sessionStorage holds the
+    # dashboard's token: off unless asked for. /openapi.json is always served.
+    docs = settings.api_docs
     app = FastAPI(
         title="trainjobs",
         version="0.1.0",
         lifespan=lifespan,
         description="Submit PyTorch training jobs over HTTP; workers train them with DDP.",
+        docs_url="/docs" if docs else None,
+        redoc_url=None,
     )
     app.state.trainjobs = state
     app.state.api_metrics = ApiMetrics()
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
+    # Outermost last: latency, security headers, CORS (answers preflights without a token),
+    # authentication (before any body is read), the body guard, then the routes.
+    app.add_middleware(BodyGuardMiddleware, max_bytes=settings.max_request_bytes)
+    app.add_middleware(AuthenticationMiddleware, sessions=state.read_sessions)
+    if settings.cors_origin_list:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origin_list,
+            allow_methods=["*"],
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "If-None-Match", "Last-Event-ID"],
+            expose_headers=["ETag", "Location"],
+        )
+    if not docs:
+        app.add_middleware(SecurityHeadersMiddleware)
     app.add_middleware(LatencyMiddleware, metrics=app.state.api_metrics)
     for router in (
         health.router,
@@ -77,7 +102,23 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
+def _json_safe(value: Any) -> Any:
+    """What a 422 reports of the input, as JSON can carry it: a NaN or infinity the client sent
+    is named by its repr rather than failing the answer."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(item) for item in value]
+    return value
+
+
 def _install_error_answers(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_input(_request: Request, error: RequestValidationError) -> JSONResponse:
+        return JSONResponse({"detail": _json_safe(jsonable_encoder(error.errors()))}, status_code=422)
+
     @app.exception_handler(NotFound)
     async def _not_found(_request: Request, error: NotFound) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=404)

@@ -14,6 +14,7 @@ from starlette.concurrency import run_in_threadpool
 
 from trainjobs.contract.dispatch import queue_for
 from trainjobs.service.api.deps import AppState, State
+from trainjobs.service.collector import dead_letter_stream
 from trainjobs.service.repositories import jobs
 from trainjobs.service.tables import EpochMetricsRow
 
@@ -28,6 +29,11 @@ class ApiMetrics:
             "trainjobs_queue_depth", "run messages waiting in the broker", ["device"], registry=self.registry
         )
         self.epochs = Gauge("trainjobs_epochs_finished", "epochs finished, all jobs", registry=self.registry)
+        self.dead_letters = Gauge(
+            "trainjobs_dead_letter_events",
+            "stream entries the collector set aside (malformed, or failing to apply); see <namespace>:events:dead",
+            registry=self.registry,
+        )
         self.latency = Histogram(
             "trainjobs_api_request_seconds",
             "API request latency",
@@ -46,6 +52,7 @@ class ApiMetrics:
         try:
             for device in ("cpu", "cuda"):
                 self.queue_depth.labels(device).set(state.redis.llen(queue_for(state.settings.namespace, device)))
+            self.dead_letters.set(state.redis.xlen(dead_letter_stream(state.settings.events_stream)))
         except redis.RedisError:
             pass
 

@@ -12,7 +12,8 @@ from trainjobs.service.tables import CheckpointRow
 
 def record(session: Session, job_id: str, checkpoint: CheckpointRecord) -> None:
     """The file's latest write wins: a later attempt that re-runs an epoch rewrites its file (on
-    cuda not always bit-identically), and the row must describe the file now on disk."""
+    cuda not always bit-identically), and the row must describe the file now on disk. A row
+    never changes its job."""
     upsert(
         session,
         CheckpointRow.__table__,
@@ -26,6 +27,7 @@ def record(session: Session, job_id: str, checkpoint: CheckpointRecord) -> None:
             "is_best": checkpoint.is_best,
             "created_at": checkpoint.created_at,
         },
+        only_where=CheckpointRow.__table__.c.job_id == job_id,
     )
 
 
@@ -38,8 +40,8 @@ def mark_best(session: Session, job_id: str, checkpoint_id: str) -> None:
     )
 
 
-def remove(session: Session, checkpoint_id: str) -> None:
-    session.execute(delete(CheckpointRow).where(CheckpointRow.id == checkpoint_id))
+def remove(session: Session, job_id: str, checkpoint_id: str) -> None:
+    session.execute(delete(CheckpointRow).where(CheckpointRow.id == checkpoint_id, CheckpointRow.job_id == job_id))
 
 
 def get(session: Session, checkpoint_id: str) -> CheckpointRow | None:

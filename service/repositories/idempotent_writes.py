@@ -22,11 +22,14 @@ def insert_ignore(session: Session, table, values: dict[str, Any]) -> bool:
     return session.execute(statement).first() is not None
 
 
-def upsert(session: Session, table, values: dict[str, Any]) -> None:
-    """INSERT ... ON CONFLICT (key) DO UPDATE: the last write wins."""
+def upsert(session: Session, table, values: dict[str, Any], only_where: Any = None) -> None:
+    """INSERT ... ON CONFLICT (key) DO UPDATE: the last write wins (where the existing row
+    matches `only_where`, if given; else it stays as it is)."""
     keys = [column.name for column in table.primary_key.columns]
     statement = _dialect(session).insert(table).values(**values)
     statement = statement.on_conflict_do_update(
-        index_elements=keys, set_={name: statement.excluded[name] for name in values if name not in keys}
+        index_elements=keys,
+        set_={name: statement.excluded[name] for name in values if name not in keys},
+        where=only_where,
     )
     session.execute(statement)

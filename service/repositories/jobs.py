@@ -152,3 +152,8 @@ def queued_before(session: Session, job: JobRow, limit: int = 200) -> list[JobRo
 def count_by_state(session: Session) -> dict[str, int]:
     rows = session.execute(select(JobRow.state, func.count()).group_by(JobRow.state))
     return {state: count for state, count in rows}
+
+
+def owned_by(session: Session, owner: str, job_ids: set[str]) -> set[str]:
+    """Which of `job_ids` belong to `owner`."""
+    return set(session.scalars(select(JobRow.id).where(JobRow.owner == owner, JobRow.id.in_(job_ids))))

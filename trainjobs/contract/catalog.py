@@ -26,9 +26,11 @@ log = logging.getLogger(__name__)
 
 
 class StrictModel(BaseModel):
-    """Unknown fields are refused and no value is coerced from another type ("3" is not 3)."""
+    """Unknown fields are refused, no value is coerced from another type ("3" is not 3), and
+    every float is finite: Python's JSON reads 1e999 as infinity and accepts NaN, neither of
+    which is JSON that SQL, the stream or a client can take back."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class DataInfo(BaseModel):

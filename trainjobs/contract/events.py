@@ -8,48 +8,81 @@ so applying one twice changes nothing.
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StringConstraints,
+    TypeAdapter,
+    model_validator,
+)
 
 JobState = Literal["queued", "running", "cancelling", "succeeded", "failed", "cancelled"]
 StopReason = Literal["completed", "early_stopping", "cancelled", "error", "timeout"]
 TERMINAL_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 
 
+# Bounds that match the SQL columns the collector writes (ids of 64 characters, 32-bit epochs):
+# an event outside them is refused whole rather than failing its transaction again and again.
+MAX_EPOCH = 100_000  # the spec's largest `epochs`
+MAX_ATTEMPT = 1_000_000
+ExtraValue = StrictBool | StrictInt | StrictFloat | Annotated[str, StringConstraints(max_length=256)] | None
+
+
 class EpochMetrics(BaseModel):
-    """One finished epoch, as `GET /v1/jobs/{id}/metrics` lists it. Extra keys are kept."""
+    """One finished epoch, as `GET /v1/jobs/{id}/metrics` lists it. Extra keys are kept, as
+    flat finite numbers or short strings. Every number is finite: a diverging run fails its job
+    in the trainer instead."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
 
-    epoch: int = Field(ge=1)
+    epoch: int = Field(ge=1, le=MAX_EPOCH)
     train_loss: float
     val_loss: float
     val_accuracy: float | None = None
     lr: float
-    epoch_seconds: float
-    samples_per_second: float
+    epoch_seconds: float = Field(ge=0.0)
+    samples_per_second: float = Field(ge=0.0)
+
+    @model_validator(mode="after")
+    def _flat_extras(self) -> EpochMetrics:
+        extras = self.__pydantic_extra__ or {}
+        if len(extras) > 32:
+            raise ValueError("at most 32 extra metrics")
+        for key, value in extras.items():
+            if len(key) > 64:
+                raise ValueError("an extra metric's name is longer than 64 characters")
+            extras[key] = TypeAdapter(ExtraValue).validate_python(value)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"extra metric {key!r} is not a finite number")
+        return self
 
 
 class CheckpointRecord(BaseModel):
-    id: str
-    epoch: int
-    size_bytes: int
-    sha256: str
+    id: str = Field(min_length=1, max_length=64)
+    epoch: int = Field(ge=1, le=MAX_EPOCH)
+    size_bytes: int = Field(ge=0, le=2**62)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     is_best: bool
     created_at: datetime
-    path: str = Field(description="relative to the checkpoint store")
+    path: str = Field(min_length=1, max_length=512, description="relative to the checkpoint store")
 
 
 class StateChange(BaseModel):
     state: JobState
     stop_reason: StopReason | None = None
-    error: str | None = None
+    error: str | None = Field(None, max_length=65_536)
 
 
 class CheckpointRemoved(BaseModel):
-    id: str
+    id: str = Field(min_length=1, max_length=64)
 
 
 EventKind = Literal["state", "metrics", "checkpoint", "checkpoint_removed"]
@@ -62,8 +95,8 @@ _PAYLOADS: dict[str, type[BaseModel]] = {
 
 
 class JobEvent(BaseModel):
-    job_id: str
-    attempt: int
+    job_id: str = Field(min_length=1, max_length=32)
+    attempt: int = Field(ge=1, le=MAX_ATTEMPT)
     kind: EventKind
     data: dict[str, Any]
 

@@ -9,9 +9,11 @@ filled, which is what the job document shows back.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, TypeVar
+import re
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -23,6 +25,19 @@ from pydantic import (
 
 from trainjobs.contract import catalog
 from trainjobs.contract.catalog import SpecError, StrictModel
+
+# Characters that would act on a terminal or reorder the text around them where a name is shown:
+# C0/C1 controls (escape sequences among them) and the bidirectional overrides and isolates.
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _printable(text: str) -> str:
+    if _UNPRINTABLE.search(text):
+        raise ValueError("must not contain control or bidirectional-override characters")
+    return text
+
+
+PrintableText = Annotated[str, AfterValidator(_printable)]
 
 
 class ModelRef(StrictModel):
@@ -96,7 +111,7 @@ EXAMPLE_SPEC: dict[str, Any] = {
 class JobSpec(StrictModel):
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [EXAMPLE_SPEC]})
 
-    name: str | None = Field(None, min_length=1, max_length=128)
+    name: PrintableText | None = Field(None, min_length=1, max_length=128)
     model: ModelRef
     data: DataRef
     device: Literal["cuda", "cpu"] = "cuda"

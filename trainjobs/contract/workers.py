@@ -3,19 +3,24 @@ Redis hash `<namespace>:workers`, written by the worker, read by the service."""
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger(__name__)
 
 
 class WorkerStatus(BaseModel):
-    hostname: str
-    device: str  # "cuda" or "cpu"
-    slots: int  # devices (or cpu slots) it owns
-    busy: int  # of those, leased to running jobs
-    jobs: list[str]
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    hostname: str = Field(min_length=1, max_length=256)
+    device: Literal["cuda", "cpu"]
+    slots: int = Field(ge=1, le=4096)  # devices (or cpu slots) it owns
+    busy: int = Field(ge=0, le=4096)  # of those, leased to running jobs
+    jobs: list[str] = Field(max_length=4096)
     last_seen: float  # unix time of the last heartbeat
 
     def is_lost(self, now: float, lost_after_seconds: float) -> bool:
@@ -33,8 +38,15 @@ class HashReader(Protocol):
 
 
 def read_workers(client: HashReader, key: str) -> list[WorkerStatus]:
-    """Every worker that ever reported, lost ones included."""
-    return sorted((WorkerStatus.model_validate_json(raw) for raw in client.hvals(key)), key=lambda w: w.hostname)
+    """Every worker that ever reported, lost ones included. An entry that is not a worker's
+    status (anyone who can write to Redis can put one there) is skipped with a log line."""
+    workers = []
+    for raw in client.hvals(key):
+        try:
+            workers.append(WorkerStatus.model_validate_json(raw))
+        except ValueError as error:
+            log.warning("skipping a malformed entry in %s: %s", key, str(error).splitlines()[0])
+    return sorted(workers, key=lambda worker: worker.hostname)
 
 
 def live_workers(client: HashReader, key: str, lost_after_seconds: float) -> list[WorkerStatus]:

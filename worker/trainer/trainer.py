@@ -83,12 +83,18 @@ class Trainer:
         train_loss, samples = self.train_epoch(epoch)
         seconds = time.perf_counter() - start
         val_loss, val_accuracy = self.evaluate()
+        lr = self.optimizer.param_groups[0]["lr"]
+        # A loss can diverge after the last checked step (one step per epoch, say): the job fails
+        # here, saying so, rather than reporting numbers that JSON cannot carry.
+        for what, value in (("training loss", train_loss), ("validation loss", val_loss), ("learning rate", lr)):
+            if not math.isfinite(value):
+                raise FloatingPointError(f"{what} is not finite at epoch {epoch} ({value}): the run diverged")
         return EpochMetrics(
             epoch=epoch,
             train_loss=train_loss,
             val_loss=val_loss,
             val_accuracy=val_accuracy,
-            lr=self.optimizer.param_groups[0]["lr"],
+            lr=lr,
             epoch_seconds=seconds,
             samples_per_second=samples / seconds if seconds > 0 else 0.0,
         )

@@ -9,7 +9,8 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel
 
 from trainjobs.contract.workers import read_workers
-from trainjobs.service.api.deps import State, bearer_scheme, require_caller
+from trainjobs.service import fleet
+from trainjobs.service.api.deps import State, bearer_scheme, unit_of_work
 from trainjobs.service.api.error_docs import errors
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"], responses=errors(401), dependencies=bearer_scheme)
@@ -31,8 +32,10 @@ class WorkerList(BaseModel):
 
 @router.get("", response_model=WorkerList)
 def list_workers(request: Request, state: State) -> WorkerList:
-    require_caller(request)
-    workers = read_workers(state.redis, state.settings.workers_key)
+    with unit_of_work(request) as work:
+        workers = fleet.visible_workers(
+            work.session, work.caller, read_workers(state.redis, state.settings.workers_key)
+        )
     now = time.time()
     return WorkerList(
         items=[

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import Dataset
 
 from trainjobs.worker.trainer.data.mulaw import mulaw_encode
-from trainjobs.worker.trainer.data.paths import inside_data_root
+from trainjobs.worker.trainer.data.paths import confined, inside_data_root
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
 
@@ -19,12 +19,12 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp"}
 class ImageFolder(Dataset):
     """Images resized to a square, as float tensors in [0, 1]; labels from sorted folder names."""
 
-    def __init__(self, root: Path, image_size: int):
+    def __init__(self, root: Path, image_size: int, data_root: Path):
         self.classes = sorted(entry.name for entry in root.iterdir() if entry.is_dir())
         self.samples = [
-            (path, label)
+            (confined(path, data_root), label)
             for label, name in enumerate(self.classes)
-            for path in sorted((root / name).iterdir())
+            for path in sorted(confined(root / name, data_root).iterdir())
             if path.suffix.lower() in IMAGE_SUFFIXES
         ]
         if len(self.classes) < 2 or not self.samples:
@@ -57,11 +57,12 @@ def read_wav(path: Path) -> np.ndarray:
     return frames.reshape(-1, channels).mean(axis=1).astype(np.float32) / 32768.0
 
 
-def wav_clips(root: Path, length: int, mu: int) -> torch.Tensor:
-    """Every .wav under root, cut into non-overlapping clips of length + 1 codes."""
+def wav_clips(root: Path, length: int, mu: int, data_root: Path | None = None) -> torch.Tensor:
+    """Every .wav under root, cut into non-overlapping clips of length + 1 codes (each file
+    confined to `data_root`, when given)."""
     clips = []
     for path in sorted(root.rglob("*.wav")):
-        codes = mulaw_encode(torch.from_numpy(read_wav(path)), mu)
+        codes = mulaw_encode(torch.from_numpy(read_wav(confined(path, data_root) if data_root else path)), mu)
         usable = (len(codes) // (length + 1)) * (length + 1)
         clips.append(codes[:usable].reshape(-1, length + 1))
     if not clips or sum(len(part) for part in clips) < 2:
@@ -85,9 +86,9 @@ class CodeClips(Dataset):
 
 
 def build_image_folder(params: dict, data_root: Path) -> ImageFolder:
-    return ImageFolder(inside_data_root(data_root, params["root"]), params["image_size"])
+    return ImageFolder(inside_data_root(data_root, params["root"]), params["image_size"], data_root)
 
 
 def build_wav_folder(params: dict, data_root: Path) -> CodeClips:
     root = inside_data_root(data_root, params["root"])
-    return CodeClips(wav_clips(root, params["length"], params["mu"]), params["mu"])
+    return CodeClips(wav_clips(root, params["length"], params["mu"], data_root), params["mu"])

@@ -1,0 +1,126 @@
+"""What one careless or hostile caller can send the API (issue: Hardening, findings 1 and 4 to
+10), on the real app, real SQL (SQLite and PostgreSQL) and real Redis: a clear 4xx naming the
+field, never a 500, and nothing stored."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from tests.harness import new_token, tiny_wavenet_spec
+from tests.service.test_jobs_api import count_jobs
+from trainjobs.contract.workers import WorkerStatus
+from trainjobs.service.api.app import create_app
+
+
+def body_with(**raw_fields: str) -> str:
+    """The tiny spec as JSON text, with fields set to raw JSON tokens (1e999, NaN...)."""
+    spec = tiny_wavenet_spec(**{name: "RAW-" + name for name in raw_fields})
+    text = json.dumps(spec)
+    for name, token in raw_fields.items():
+        text = text.replace(f'"RAW-{name}"', token)
+    return text
+
+
+def post_raw(api, body: str | bytes, headers: dict[str, str]):
+    return api.post("/v1/jobs", content=body, headers={**headers, "Content-Type": "application/json"})
+
+
+@pytest.mark.parametrize(
+    "raw_fields, field",
+    [
+        ({"optimizer": '{"name": "adamw", "lr": 0.01, "weight_decay": 1e999}'}, ["optimizer", "weight_decay"]),
+        ({"grad_clip_norm": "1e999"}, ["grad_clip_norm"]),
+        ({"early_stopping": '{"patience": 2, "min_delta": Infinity}'}, ["early_stopping", "min_delta"]),
+        ({"optimizer": '{"name": "adamw", "lr": NaN}'}, ["optimizer", "lr"]),
+    ],
+    ids=["weight_decay-1e999", "grad_clip_norm-1e999", "min_delta-Infinity", "lr-NaN"],
+)
+def test_a_non_finite_number_is_a_422_naming_the_field_and_stores_nothing(api, alice, settings, raw_fields, field):
+    response = post_raw(api, body_with(**raw_fields), alice)
+    assert response.status_code == 422, response.text
+    assert any(problem["loc"][-len(field) :] == field for problem in response.json()["detail"])
+    assert count_jobs(settings) == 0
+
+
+def test_without_a_valid_token_any_body_gets_401(api, alice):
+    for headers in ({}, {"Authorization": "Bearer tj_not-a-token"}):
+        for body in (body_with(optimizer='{"name": "adamw", "lr": NaN}'), "{not json", b"\xff\xfe", "[" * 5000):
+            response = post_raw(api, body, headers)
+            assert response.status_code == 401, (headers, body[:20], response.text)
+            assert "optimizer" not in response.text and "datasets" not in response.text
+
+
+def test_a_chunked_body_over_the_limit_is_413_and_odd_bodies_are_422(api, alice, settings):
+    def chunks():
+        for _ in range(3):
+            yield b" " * settings.max_request_bytes
+
+    assert post_raw(api, chunks(), alice).status_code == 413
+    assert post_raw(api, "[" * 100_000 + "]" * 100_000, alice).status_code == 422
+    not_utf8 = post_raw(api, json.dumps(tiny_wavenet_spec(name="caf\u00e9"), ensure_ascii=False).encode("latin-1"), alice)
+    assert not_utf8.status_code == 422 and "UTF-8" in not_utf8.text
+    assert count_jobs(settings) == 0
+
+
+def test_last_event_id_must_be_ascii_digits_of_an_id_this_api_sent(api, alice):
+    job = api.post("/v1/jobs", json=tiny_wavenet_spec(), headers=alice).json()
+    for bad in ("\u00b2", "1" * 30, "-1"):
+        response = api.get(f"/v1/jobs/{job['id']}/events", headers={**alice, "Last-Event-ID": bad.encode()})
+        assert response.status_code == 422, bad
+        assert response.json()["detail"][0]["loc"] == ["header", "Last-Event-ID"]
+
+
+@pytest.mark.parametrize("name", ["evil\u001b]0;owned\u0007", "right\u202eleft", "tab\tbed"])
+def test_a_job_name_with_control_or_bidirectional_characters_is_refused(api, alice, name):
+    response = api.post("/v1/jobs", json=tiny_wavenet_spec(name=name), headers=alice)
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"][-1] == "name"
+
+
+def test_answers_carry_security_headers_and_docs_are_off_by_default(api, alice):
+    for path in ("/ui/", "/v1/jobs", "/healthz"):
+        headers = api.get(path, headers=alice).headers
+        assert "default-src 'self'" in headers["content-security-policy"]
+        assert headers["x-frame-options"] == "DENY" and headers["x-content-type-options"] == "nosniff"
+    assert api.get("/docs").status_code == 404
+    assert api.get("/openapi.json").status_code == 200
+
+
+def test_cors_is_off_by_default_and_on_for_the_origins_named(settings):
+    origin = "https://dash.example"
+    preflight = {
+        "Origin": origin,
+        "Access-Control-Request-Method": "GET",
+        "Access-Control-Request-Headers": "authorization",
+    }
+    with TestClient(create_app(settings)) as api:
+        assert "access-control-allow-origin" not in api.options("/v1/jobs", headers=preflight).headers
+    with TestClient(create_app(settings.model_copy(update={"cors_origins": origin}))) as api:
+        answer = api.options("/v1/jobs", headers=preflight)
+        assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == origin
+
+
+def heartbeat(settings, hostname: str, jobs: list[str]) -> None:
+    status = WorkerStatus(hostname=hostname, device="cpu", slots=2, busy=len(jobs), jobs=jobs, last_seen=time.time())
+    redis.Redis.from_url(settings.redis_url).hset(settings.workers_key, hostname, status.model_dump_json())
+
+
+def test_workers_show_each_caller_only_their_own_job_ids_and_skip_a_malformed_heartbeat(api, alice, bob, settings):
+    alice_job = api.post("/v1/jobs", json=tiny_wavenet_spec(), headers=alice).json()["id"]
+    bob_job = api.post("/v1/jobs", json=tiny_wavenet_spec(), headers=bob).json()["id"]
+    heartbeat(settings, "host-1", [alice_job, bob_job])
+    redis.Redis.from_url(settings.redis_url).hset(settings.workers_key, "host-bad", '{"hostname": 5}')
+    admin = {"Authorization": f"Bearer {new_token(settings.sql_url, 'root', admin=True)}"}
+
+    def jobs_seen(headers) -> list[list[str]]:
+        response = api.get("/v1/workers", headers=headers)
+        assert response.status_code == 200, response.text
+        return [worker["jobs"] for worker in response.json()["items"]]
+
+    assert jobs_seen(alice) == [[alice_job]]
+    assert jobs_seen(bob) == [[bob_job]]
+    assert jobs_seen(admin) == [[alice_job, bob_job]]
