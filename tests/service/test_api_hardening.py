@@ -62,7 +62,8 @@ def test_a_chunked_body_over_the_limit_is_413_and_odd_bodies_are_422(api, alice,
 
     assert post_raw(api, chunks(), alice).status_code == 413
     assert post_raw(api, "[" * 100_000 + "]" * 100_000, alice).status_code == 422
-    not_utf8 = post_raw(api, json.dumps(tiny_wavenet_spec(name="caf\u00e9"), ensure_ascii=False).encode("latin-1"), alice)
+    latin1 = json.dumps(tiny_wavenet_spec(name="caf\u00e9"), ensure_ascii=False).encode("latin-1")
+    not_utf8 = post_raw(api, latin1, alice)
     assert not_utf8.status_code == 422 and "UTF-8" in not_utf8.text
     assert count_jobs(settings) == 0
 
