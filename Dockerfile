@@ -9,5 +9,9 @@ COPY service ./service
 COPY worker ./worker
 COPY migrations ./migrations
 RUN pip install --no-cache-dir "$TORCH_SPEC" && pip install --no-cache-dir ".[all]"
+# Not root: a job's code (a plugin's model or dataset) runs as this user.
+RUN useradd --system --uid 10001 --home-dir /var/lib/trainjobs trainjobs \
+    && mkdir -p /var/lib/trainjobs && chown trainjobs /var/lib/trainjobs
+USER trainjobs
 ENV TRAINJOBS_HOME=/var/lib/trainjobs
 ENTRYPOINT ["trainjobs"]

@@ -96,14 +96,16 @@ def clear_namespace(redis_url: str, namespace: str) -> None:
 class PrivateRedis:
     """A redis-server of the test's own, on a free port, that the test may stop and restart."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, password: str | None = None):
         self.directory = directory
         self.port = free_port()
+        self.password = password  # AUTH required when set (requirepass)
         self.process: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        credentials = f":{self.password}@" if self.password else ""
+        return f"redis://{credentials}127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
         binary = shutil.which("redis-server")
@@ -122,6 +124,7 @@ class PrivateRedis:
                 "yes",
                 "--dir",
                 str(self.directory),
+                *(["--requirepass", self.password] if self.password else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -136,7 +139,7 @@ class PrivateRedis:
 
     def _answers(self) -> bool:
         try:
-            return redis.Redis(port=self.port, socket_connect_timeout=0.5).ping()
+            return redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.5).ping()
         except redis.ConnectionError:
             return False
 

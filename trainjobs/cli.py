@@ -5,16 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
+import unicodedata
 from pathlib import Path
 
 import httpx
 from pydantic import ValidationError
 
-from trainjobs.client import ApiError, TrainJobsClient
+from trainjobs.client import ApiError, TrainJobsClient, Unreachable
 from trainjobs.contract.events import TERMINAL_STATES
+
+EXIT_API_DOWN = 3  # the API did not answer, or answered 5xx
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -39,8 +43,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: invalid spec: {problems}", file=sys.stderr)
     except ApiError as error:
         print(f"error: {error.detail} (HTTP {error.status})", file=sys.stderr)
-    except httpx.HTTPError as error:
+        sys.exit(EXIT_API_DOWN if error.status >= 500 else 1)
+    except (httpx.HTTPError, Unreachable) as error:
         print(f"error: cannot reach {args.url if hasattr(args, 'url') else 'the API'}: {error}", file=sys.stderr)
+        sys.exit(EXIT_API_DOWN)
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
     except KeyboardInterrupt:
@@ -66,6 +72,13 @@ def _parser() -> argparse.ArgumentParser:
             )
             sub.add_argument(
                 "--token", default=os.environ.get("TRAINJOBS_TOKEN"), help="bearer token [$TRAINJOBS_TOKEN]"
+            )
+            sub.add_argument(
+                "--give-up-after",
+                type=float,
+                default=300.0,
+                metavar="SECONDS",
+                help="while following a job, stop (exit code 3) after the API has not answered this long [300]",
             )
         return sub
 
@@ -143,9 +156,14 @@ def _parser() -> argparse.ArgumentParser:
 # ---- server-side commands ---------------------------------------------------------------------
 
 
+UP_OWNER = "admin"
+
+
 def _settings():
     from trainjobs.settings import load_settings
 
+    # What the service writes (databases, run logs, checkpoints) is not for other users of the host.
+    os.umask(0o027)
     settings = load_settings()
     settings.home.mkdir(parents=True, exist_ok=True)
     return settings
@@ -239,11 +257,14 @@ def _token_revoke(args) -> None:
 def _up(args) -> None:
     from trainjobs.service.auth import create_token
     from trainjobs.service.db import make_engine, make_session_factory, transaction
+    from trainjobs.service.repositories import api_tokens
 
     _migrate(args)
     settings = _settings()
     with transaction(make_session_factory(make_engine(settings.sql_url))) as session:
-        token = create_token(session, "admin", is_admin=True)
+        # `up` owns the owner name "admin": the token an earlier start printed stops working.
+        api_tokens.revoke_all_of(session, UP_OWNER)
+        token = create_token(session, UP_OWNER, is_admin=True)
     worker = subprocess.Popen([sys.executable, "-m", "trainjobs.cli", "worker", "--cpu-slots", str(args.cpu_slots)])
     print(f"trainjobs API on http://{args.host}:{args.port}", flush=True)
     print(f"token: {token}", flush=True)
@@ -260,16 +281,40 @@ def _up(args) -> None:
 def _client(args) -> TrainJobsClient:
     if not args.token:
         raise ValueError("no token: pass --token or set TRAINJOBS_TOKEN")
-    return TrainJobsClient(args.url, args.token)
+    return TrainJobsClient(args.url, args.token, give_up_after=args.give_up_after)
 
 
 def _read_spec(path: Path) -> dict:
     text = path.read_text()
     if path.suffix in (".yaml", ".yml"):
-        import yaml
-
-        return yaml.safe_load(text)
+        return yaml_spec(text)
     return json.loads(text)
+
+
+def yaml_spec(text: str) -> dict:
+    """YAML as 1.2 reads numbers: `lr: 3e-4` is a float (PyYAML follows YAML 1.1, where a float
+    needs a dot, and would hand the API the string "3e-4")."""
+    import re
+
+    import yaml
+
+    class Yaml12Loader(yaml.SafeLoader):
+        pass
+
+    float_12 = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?$|^[-+]?\.(?:inf|Inf|INF)$|^\.(?:nan|NaN|NAN)$")
+    Yaml12Loader.yaml_implicit_resolvers = {
+        key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:float"]
+        for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    Yaml12Loader.add_implicit_resolver("tag:yaml.org,2002:float", float_12, list("-+0123456789."))
+    # Integers keep their own resolver, which SafeLoader checks first for plain digits.
+    for first in "-+0123456789":
+        resolvers = Yaml12Loader.yaml_implicit_resolvers.setdefault(first, [])
+        resolvers.sort(key=lambda item: item[0] != "tag:yaml.org,2002:int")
+    loaded = yaml.load(text, Loader=Yaml12Loader)
+    if not isinstance(loaded, dict):
+        raise ValueError("a spec file holds one mapping of fields")
+    return loaded
 
 
 def _submit(args) -> int:
@@ -284,7 +329,16 @@ def _jobs(args) -> None:
     print(f"{'ID':<18} {'STATE':<10} {'EPOCH':>9} {'MODEL':<10} {'NAME'}")
     for job in page["items"]:
         epochs = f"{job['epoch']}/{job['spec']['epochs']}"
-        print(f"{job['id']:<18} {job['state']:<10} {epochs:>9} {job['spec']['model']['name']:<10} {job['name'] or ''}")
+        name = printable(job["name"] or "")
+        print(f"{job['id']:<18} {job['state']:<10} {epochs:>9} {job['spec']['model']['name']:<10} {name}")
+
+
+def printable(text: str) -> str:
+    """Text from the API as a terminal may show it: control and bidirectional characters (which
+    the API refuses in new names, but an older job may hold) escaped, never sent raw."""
+    return "".join(
+        char.encode("unicode_escape").decode() if unicodedata.category(char) in ("Cc", "Cf") else char for char in text
+    )
 
 
 def _status(args) -> None:
@@ -364,7 +418,9 @@ class Progress:
         if line == self.last:
             return
         if self.interactive:
-            sys.stdout.write("\r\033[K" + line)
+            # Clipped to the terminal: a line that wraps cannot be redrawn in place.
+            columns = shutil.get_terminal_size().columns
+            sys.stdout.write("\r\033[K" + (line if len(line) < columns else line[: max(columns - 2, 1)] + "…"))
         else:
             sys.stdout.write(line + "\n")
         sys.stdout.flush()

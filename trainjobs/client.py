@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import random
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +20,10 @@ class ApiError(Exception):
         super().__init__(f"{status}: {detail}")
         self.status = status
         self.detail = detail
+
+
+class Unreachable(Exception):
+    """The API did not answer (or answered 5xx) for longer than the client waits."""
 
 
 class Unauthorized(ApiError):
@@ -47,7 +53,8 @@ class Event:
 
 
 class TrainJobsClient:
-    def __init__(self, url: str, token: str | None, timeout: float = 30.0):
+    def __init__(self, url: str, token: str | None, timeout: float = 30.0, give_up_after: float = 300.0):
+        self.give_up_after = give_up_after  # seconds without an answer before events() stops trying
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
 
@@ -75,23 +82,36 @@ class TrainJobsClient:
         return self._items("/v1/workers")
 
     def events(self, job_id: str, after: int = 0) -> Iterator[Event]:
-        """The job's server-sent events from after `after`, until its terminal state; a dropped
-        connection is resumed with Last-Event-ID."""
+        """The job's server-sent events from after `after`, until its terminal state.
+
+        A dropped connection, or an API that is away (no answer, or 5xx), is retried with
+        jittered exponential back-off up to `RECONNECT_CAP_SECONDS` apart, resuming with
+        Last-Event-ID; after `give_up_after` seconds without an answer it raises `Unreachable`."""
+        failures, last_answer = 0, time.monotonic()
         while True:
             headers = {"Last-Event-ID": str(after)} if after else {}
             try:
                 with self.http.stream(
                     "GET", f"/v1/jobs/{job_id}/events", headers=headers, timeout=httpx.Timeout(30.0, read=60.0)
                 ) as response:
+                    if response.status_code < 500:
+                        failures, last_answer = 0, time.monotonic()
                     if response.status_code >= 400:
                         response.read()
-                        _raise_for(response)
+                        if response.status_code < 500:
+                            _raise_for(response)
+                        raise httpx.RemoteProtocolError(f"HTTP {response.status_code}")
                     for event in _parse_sse(response.iter_lines()):
-                        after = event.id
+                        after, last_answer = event.id, time.monotonic()
                         yield event
                 return
-            except (httpx.ReadTimeout, httpx.RemoteProtocolError, httpx.ConnectError):
-                continue
+            except (httpx.TransportError, httpx.RemoteProtocolError) as error:
+                if time.monotonic() - last_answer > self.give_up_after:
+                    raise Unreachable(
+                        f"no answer from {self.http.base_url} for {self.give_up_after:.0f} s ({error})"
+                    ) from error
+                failures += 1
+                time.sleep(reconnect_delay(failures))
 
     def metrics(self, job_id: str) -> list[dict[str, Any]]:
         return self._items(f"/v1/jobs/{job_id}/metrics")
@@ -117,6 +137,17 @@ class TrainJobsClient:
 
     def _items(self, path: str) -> list[dict[str, Any]]:
         return cast(list[dict[str, Any]], self._json("GET", path)["items"])
+
+
+RECONNECT_BASE_SECONDS = 0.25
+RECONNECT_CAP_SECONDS = 10.0
+
+
+def reconnect_delay(failures: int) -> float:
+    """Exponential back-off, capped, with jitter (so many clients of one API that comes back do
+    not reconnect in step): half the step for sure, the other half at random."""
+    step = min(RECONNECT_CAP_SECONDS, RECONNECT_BASE_SECONDS * 2.0 ** min(failures, 16))
+    return step / 2 + random.uniform(0, step / 2)
 
 
 def _parse_sse(lines: Iterator[str]) -> Iterator[Event]:

@@ -30,3 +30,13 @@ def revoke(session: Session, token_id: str) -> bool:
         return False
     row.revoked_at = utcnow()
     return True
+
+
+def revoke_all_of(session: Session, owner: str) -> int:
+    """Revoke every active token of `owner`; how many."""
+    rows = session.scalars(select(ApiTokenRow).where(ApiTokenRow.owner == owner, ApiTokenRow.revoked_at.is_(None)))
+    revoked = 0
+    for row in rows:
+        row.revoked_at = utcnow()
+        revoked += 1
+    return revoked

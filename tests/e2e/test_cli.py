@@ -2,11 +2,14 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.harness import tiny_wavenet_spec
@@ -72,7 +75,8 @@ def test_errors_are_one_readable_line(stack_on, sqlite_url, tmp_path):
     unreachable = subprocess.run(
         [TRAINJOBS, "jobs", "--url", "http://127.0.0.1:9", "--token", token], capture_output=True, text=True, timeout=60
     )
-    assert unreachable.returncode == 1 and unreachable.stderr.startswith("error: cannot reach")
+    # Exit code 3: the API is away (not the request's fault), as Hardening asks of a watch that gives up.
+    assert unreachable.returncode == 3 and unreachable.stderr.startswith("error: cannot reach")
     assert len(unreachable.stderr.strip().splitlines()) == 1
 
 
@@ -103,3 +107,78 @@ def test_logs_follow_prints_each_line_once_and_exits_when_the_job_ends(stack_on,
     final = trainjobs(stack, token, "logs", job_id).stdout.splitlines()
     assert Counter(followed.stdout.splitlines()) == Counter(final)
     assert "[rank 1] rank 1 done after epoch 4: completed" in final
+
+
+def test_watch_backs_off_while_the_api_is_down_and_gives_up_with_exit_code_3(stack_on, sqlite_url):
+    stack = stack_on(sqlite_url)
+    token = stack.token("cli")
+    job_id = stack.client(token).post("/v1/jobs", json=tiny_wavenet_spec(epochs=10_000)).json()["id"]
+    env = dict(os.environ, TRAINJOBS_URL=stack.url, TRAINJOBS_TOKEN=token)
+    watch = subprocess.Popen(
+        [TRAINJOBS, "watch", job_id, "--give-up-after", "6"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(3)  # connected and following
+    stack.kill_api()
+    started = time.monotonic()
+    _pid, status, usage = os.wait4(watch.pid, 0)
+    waited = time.monotonic() - started
+    assert os.waitstatus_to_exitcode(status) == 3
+    assert 1 <= waited <= 30, waited  # 6 s after its last answer, which came before the kill
+    # Backing off, not spinning: a tight reconnect loop burns a core for the whole wait.
+    assert usage.ru_utime + usage.ru_stime < 0.25 * waited + 1.5, (usage.ru_utime, usage.ru_stime, waited)
+    assert "cannot reach" in watch.stderr.read()
+
+
+def test_each_start_of_up_revokes_the_token_the_previous_start_printed(tmp_path):
+    from tests.harness import REDIS_URL, free_port, wait_until
+
+    def start_up() -> tuple[subprocess.Popen, str, str]:
+        port = free_port()
+        env = dict(
+            os.environ,
+            TRAINJOBS_HOME=str(tmp_path),
+            TRAINJOBS_REDIS_URL=REDIS_URL,
+            TRAINJOBS_NAMESPACE=f"tjtest-up-{port}",
+            PYTHONUNBUFFERED="1",
+        )
+        process = subprocess.Popen(
+            [TRAINJOBS, "up", "--port", str(port), "--cpu-slots", "1"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        token = None
+        while token is None:  # `up` prints its token once migrated (pytest-timeout bounds a hang)
+            line = process.stdout.readline()
+            assert line, "trainjobs up exited before printing its token"
+            if line.startswith("token: "):
+                token = line.split()[1]
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _answers(url), 30, what="the API")
+        return process, url, token
+
+    def stop(process: subprocess.Popen) -> None:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+
+    first, url, first_token = start_up()
+    stop(first)
+    second, url, second_token = start_up()
+    try:
+        assert httpx.get(f"{url}/v1/jobs", headers={"Authorization": f"Bearer {second_token}"}).status_code == 200
+        assert httpx.get(f"{url}/v1/jobs", headers={"Authorization": f"Bearer {first_token}"}).status_code == 401
+    finally:
+        stop(second)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False

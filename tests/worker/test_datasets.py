@@ -96,3 +96,33 @@ def test_a_symlink_out_of_the_data_root_is_refused_by_the_worker(tmp_path):
     spec = spec_params({"name": "image-folder", "params": {"root": "escape"}}, {"name": "mlp"})
     with pytest.raises(PermissionError, match="outside TRAINJOBS_DATA_ROOT"):
         build_datasets(spec.data.name, spec.data.params, root)
+
+
+@pytest.mark.parametrize("link", ["file", "class-folder"])
+def test_a_symlink_inside_an_image_folder_that_leads_out_of_the_data_root_is_refused(tmp_path, link):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    Image.new("RGB", (4, 4)).save(outside / "secret.png")
+    root = tmp_path / "root"
+    for label in ("cats", "dogs"):
+        (root / "pets" / label).mkdir(parents=True)
+        Image.new("RGB", (4, 4)).save(root / "pets" / label / "0.png")
+    if link == "file":
+        (root / "pets" / "cats" / "1.png").symlink_to(outside / "secret.png")
+    else:
+        (root / "pets" / "owls").symlink_to(outside)
+    spec = spec_params({"name": "image-folder", "params": {"root": "pets", "image_size": 4}}, {"name": "mlp"})
+    with pytest.raises(PermissionError, match="outside TRAINJOBS_DATA_ROOT"):
+        build_datasets(spec.data.name, spec.data.params, root)
+
+
+def test_a_symlinked_wav_inside_a_wav_folder_that_leads_out_of_the_data_root_is_refused(tmp_path):
+    outside, root = tmp_path / "outside", tmp_path / "root"
+    outside.mkdir()
+    (root / "speech").mkdir(parents=True)
+    write_wav(root / "speech" / "0.wav")
+    write_wav(outside / "secret.wav")
+    (root / "speech" / "1.wav").symlink_to(outside / "secret.wav")
+    spec = spec_params({"name": "wav-folder", "params": {"root": "speech", "length": 99}}, {"name": "wavenet"})
+    with pytest.raises(PermissionError, match="outside TRAINJOBS_DATA_ROOT"):
+        build_datasets(spec.data.name, spec.data.params, root)

@@ -21,6 +21,7 @@ from pydantic import (
     StrictInt,
     StringConstraints,
     TypeAdapter,
+    field_validator,
     model_validator,
 )
 
@@ -79,6 +80,12 @@ class StateChange(BaseModel):
     state: JobState
     stop_reason: StopReason | None = None
     error: str | None = Field(None, max_length=65_536)
+
+    @field_validator("error")
+    @classmethod
+    def _no_nul(cls, error: str | None) -> str | None:
+        # A traceback may quote any bytes; PostgreSQL's text holds no NUL.
+        return error.replace("\x00", "\\x00") if error else error
 
 
 class CheckpointRemoved(BaseModel):
