@@ -54,15 +54,15 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(1)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="trainjobs", description=__doc__)
-    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+class _Commands:
+    """The sub-commands, added one kind at a time. `extra`: what `pip install trainjobs[EXTRA]` a
+    command needs beyond the bare client install."""
 
-    # `extra`: what `pip install trainjobs[EXTRA]` a command needs beyond the bare client install.
-    def command(
-        name: str, handler, help_: str, client: bool = False, extra: str | None = None
-    ) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help_, description=help_)
+    def __init__(self, parser: argparse.ArgumentParser):
+        self.commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+
+    def add(self, name: str, handler, help_: str, client: bool = False, extra: str | None = None):
+        sub = self.commands.add_parser(name, help=help_, description=help_)
         sub.set_defaults(handler=handler, extra=extra)
         if client:
             sub.add_argument(
@@ -82,24 +82,51 @@ def _parser() -> argparse.ArgumentParser:
             )
         return sub
 
-    up = command("up", _up, "migrate, then run the API and one local worker in the foreground", extra="all")
+    def group(self, name: str, help_: str):
+        return self.commands.add_parser(name, help=help_).add_subparsers(metavar="ACTION")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trainjobs", description=__doc__)
+    commands = _Commands(parser)
+    _service_commands(commands)
+    _worker_commands(commands)
+    _client_commands(commands)
+    return parser
+
+
+def _service_commands(commands: _Commands) -> None:
+    up = commands.add("up", _up, "migrate, then run the API and one local worker in the foreground", extra="all")
     up.add_argument("--host", default="127.0.0.1")
     up.add_argument("--port", type=int, default=8000)
     up.add_argument("--cpu-slots", type=int, default=2, help="cpu ranks the local worker may run at once")
 
-    command("migrate", _migrate, "apply the database migrations (alembic upgrade head)", extra="server")
+    commands.add("migrate", _migrate, "apply the database migrations (alembic upgrade head)", extra="server")
 
-    api = command("api", _api, "run the HTTP API alone", extra="server")
+    api = commands.add("api", _api, "run the HTTP API alone", extra="server")
     api.add_argument("--host", default="127.0.0.1")
     api.add_argument("--port", type=int, default=8000)
 
-    worker = command("worker", _worker, "run one worker pinned to the given devices", extra="worker")
+    token = commands.group("token", "manage API tokens (on the server)")
+    create = token.add_parser("create", help="create a token; prints it as the last line")
+    create.add_argument("--owner", required=True)
+    create.add_argument("--admin", action="store_true", help="may see every owner's jobs")
+    create.set_defaults(handler=_token_create, extra="server")
+    listing = token.add_parser("list", help="list tokens (never the tokens themselves)")
+    listing.set_defaults(handler=_token_list, extra="server")
+    revoke = token.add_parser("revoke", help="revoke a token by its id (from `token list`)")
+    revoke.add_argument("token_id")
+    revoke.set_defaults(handler=_token_revoke, extra="server")
+
+
+def _worker_commands(commands: _Commands) -> None:
+    worker = commands.add("worker", _worker, "run one worker pinned to the given devices", extra="worker")
     devices = worker.add_mutually_exclusive_group(required=True)
     devices.add_argument("--gpus", help="comma-separated cuda device ids this worker owns, e.g. 0,1")
     devices.add_argument("--cpu-slots", type=int, help="number of cpu ranks this worker may run at once")
     worker.add_argument("--hostname", help="name shown for this worker [the host name]")
 
-    train = command(
+    train = commands.add(
         "train", _train, "run a spec here, without the service, printing each epoch's metrics", extra="worker"
     )
     train.add_argument("spec", type=Path)
@@ -111,46 +138,36 @@ def _parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--resume", help="a checkpoint file under WORKDIR/checkpoints to continue from")
 
-    data = commands.add_parser("data", help="prepare data sets").add_subparsers(metavar="ACTION")
-    pack = data.add_parser("pack", help="turn a folder of WAV files into mu-law HDF5 once, so epochs decode nothing")
+    pack = commands.group("data", "prepare data sets").add_parser(
+        "pack", help="turn a folder of WAV files into mu-law HDF5 once, so epochs decode nothing"
+    )
     pack.add_argument("wav_folder", type=Path)
     pack.add_argument("output", type=Path, help="the .h5 file to write (put it under TRAINJOBS_DATA_ROOT)")
     pack.add_argument("--length", type=int, default=1024, help="samples per clip [1024]")
     pack.add_argument("--mu", type=int, default=256, help="mu-law levels [256]")
     pack.set_defaults(handler=_data_pack, extra="worker")
 
-    token = commands.add_parser("token", help="manage API tokens (on the server)").add_subparsers(metavar="ACTION")
-    create = token.add_parser("create", help="create a token; prints it as the last line")
-    create.add_argument("--owner", required=True)
-    create.add_argument("--admin", action="store_true", help="may see every owner's jobs")
-    create.set_defaults(handler=_token_create, extra="server")
-    token.add_parser("list", help="list tokens (never the tokens themselves)").set_defaults(
-        handler=_token_list, extra="server"
-    )
-    revoke = token.add_parser("revoke", help="revoke a token by its id (from `token list`)")
-    revoke.add_argument("token_id")
-    revoke.set_defaults(handler=_token_revoke, extra="server")
 
-    submit = command("submit", _submit, "submit a job spec (JSON or YAML); prints the job id", client=True)
+def _client_commands(commands: _Commands) -> None:
+    submit = commands.add("submit", _submit, "submit a job spec (JSON or YAML); prints the job id", client=True)
     submit.add_argument("spec", type=Path)
     submit.add_argument(
         "--watch", action="store_true", help="follow the job until it ends; exit 0 only if it succeeded"
     )
     submit.add_argument("--idempotency-key")
 
-    command("jobs", _jobs, "list jobs, newest first", client=True).add_argument("--state")
+    commands.add("jobs", _jobs, "list jobs, newest first", client=True).add_argument("--state")
     for name, handler, help_ in (
         ("status", _status, "print a job as JSON"),
         ("watch", _watch, "follow a job with a progress bar until it ends; exit 0 only if it succeeded"),
         ("cancel", _cancel, "cancel a job (a running one has its ranks ended)"),
         ("metrics", _metrics, "print a job's per-epoch metrics"),
     ):
-        command(name, handler, help_, client=True).add_argument("job_id")
-    logs = command("logs", _logs, "print every rank's output, lines prefixed [rank N]", client=True)
+        commands.add(name, handler, help_, client=True).add_argument("job_id")
+    logs = commands.add("logs", _logs, "print every rank's output, lines prefixed [rank N]", client=True)
     logs.add_argument("job_id")
     logs.add_argument("--tail", type=int, help="the last N lines of each rank")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the job ends")
-    return parser
 
 
 # ---- server-side commands ---------------------------------------------------------------------

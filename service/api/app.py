@@ -72,21 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.trainjobs = state
     app.state.api_metrics = ApiMetrics()
-    # Outermost last: latency, security headers, CORS (answers preflights without a token),
-    # authentication (before any body is read), the body guard, then the routes.
-    app.add_middleware(BodyGuardMiddleware, max_bytes=settings.max_request_bytes)
-    app.add_middleware(AuthenticationMiddleware, sessions=state.read_sessions)
-    if settings.cors_origin_list:
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=settings.cors_origin_list,
-            allow_methods=["*"],
-            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "If-None-Match", "Last-Event-ID"],
-            expose_headers=["ETag", "Location"],
-        )
-    if not docs:
-        app.add_middleware(SecurityHeadersMiddleware)
-    app.add_middleware(LatencyMiddleware, metrics=app.state.api_metrics)
+    _install_middleware(app, settings, state)
     for router in (
         health.router,
         prometheus.router,
@@ -100,6 +86,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     _install_error_answers(app)
     install_dashboard(app)
     return app
+
+
+def _install_middleware(app: FastAPI, settings: Settings, state: AppState) -> None:
+    """Outermost last: latency, security headers, CORS (answers preflights without a token),
+    authentication (before any body is read), the body guard, then the routes."""
+    app.add_middleware(BodyGuardMiddleware, max_bytes=settings.max_request_bytes)
+    app.add_middleware(AuthenticationMiddleware, sessions=state.read_sessions)
+    if settings.cors_origin_list:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origin_list,
+            allow_methods=["*"],
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "If-None-Match", "Last-Event-ID"],
+            expose_headers=["ETag", "Location"],
+        )
+    if not settings.api_docs:
+        app.add_middleware(SecurityHeadersMiddleware)
+    app.add_middleware(LatencyMiddleware, metrics=app.state.api_metrics)
 
 
 def _json_safe(value: Any) -> Any:
