@@ -60,11 +60,20 @@ def stack_on(tmp_path):
     """Start a real API + worker on a given database URL; stopped after the test."""
     stacks: list[Stack] = []
 
-    def start(database_url: str, redis_url: str = REDIS_URL, **env) -> Stack:
+    def start(database_url: str, redis_url: str = REDIS_URL, with_worker: bool = True, **env) -> Stack:
         stack = Stack(tmp_path / f"stack{len(stacks)}", database_url, redis_url, **env)
         stacks.append(stack)
-        return stack.start()
+        return stack.start() if with_worker else stack.start_api_only()
 
     yield start
     for stack in stacks:
         stack.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    from tests.harness import MotoS3
+
+    server = MotoS3().start()
+    yield server
+    server.stop()

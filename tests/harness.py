@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -91,6 +92,50 @@ def clear_namespace(redis_url: str, namespace: str) -> None:
         pass  # a test's private Redis, already stopped
     finally:
         client.close()
+
+
+class MotoS3:
+    """moto's standalone server: a real S3-compatible HTTP server on a free port, with one bucket.
+    `env` holds the AWS variables that point s3fs (botocore) at it."""
+
+    def __init__(self, bucket: str = "trainjobs-test"):
+        self.port = free_port()
+        self.bucket = bucket
+        self.process: subprocess.Popen | None = None
+        self.env = {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": f"http://127.0.0.1:{self.port}",
+        }
+
+    def start(self) -> MotoS3:
+        binary = Path(sys.executable).parent / "moto_server"
+        self.process = subprocess.Popen(
+            [str(binary), "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_until(self._answers, 20, what="moto's S3 server")
+        httpx.put(f"{self.env['AWS_ENDPOINT_URL']}/{self.bucket}").raise_for_status()
+        return self
+
+    def stop(self) -> None:
+        if self.process:
+            self.process.terminate()
+            self.process.wait(timeout=10)
+
+    def objects(self, prefix: str) -> dict[str, int]:
+        """Key -> size of every object under `prefix`, read over the S3 API."""
+        answer = httpx.get(f"{self.env['AWS_ENDPOINT_URL']}/{self.bucket}", params={"list-type": "2", "prefix": prefix})
+        keys = re.findall(r"<Key>([^<]+)</Key>\s*(?:<[^>]+>[^<]*</[^>]+>\s*)*?<Size>(\d+)</Size>", answer.text)
+        return {key: int(size) for key, size in keys}
+
+    def _answers(self) -> bool:
+        try:
+            return httpx.get(self.env["AWS_ENDPOINT_URL"], timeout=0.5).status_code < 500
+        except httpx.HTTPError:
+            return False
 
 
 class PrivateRedis:
@@ -176,13 +221,19 @@ class Stack:
         self.start_worker()
         return self
 
+    def start_api_only(self) -> Stack:
+        self.start_api()
+        return self
+
     def start_api(self) -> None:
         self.api = self._spawn("api", ["api", "--port", str(self.port)])
         wait_until(self._ready, 30, what="the API's /readyz")
 
-    def start_worker(self, name: str = "worker", slots: int | None = None) -> subprocess.Popen:
+    def start_worker(self, name: str = "worker", slots: int | None = None, **env: str) -> subprocess.Popen:
+        """`env`: this worker's own settings (another TRAINJOBS_HOME: a host that shares no disk)."""
         hostname = f"{name}-{self.namespace}"
-        process = self._spawn(name, ["worker", "--cpu-slots", str(slots or self.cpu_slots), "--hostname", hostname])
+        args = ["worker", "--cpu-slots", str(slots or self.cpu_slots), "--hostname", hostname]
+        process = self._spawn(name, args, env)
         self.workers[hostname] = process
         return process
 
@@ -223,11 +274,11 @@ class Stack:
     def log_text(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text()
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         with open(self.logs / f"{name}.log", "ab") as log:  # the child keeps its own copy of the fd
             return subprocess.Popen(
                 [sys.executable, "-m", "trainjobs.cli", *args],
-                env=self.env,
+                env={**self.env, **(env or {})},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

@@ -25,7 +25,10 @@ class Settings(BaseSettings):
         description="prefix of Redis keys and Celery queues, so stacks can share a Redis",
     )
     data_root: Path | None = Field(None, description="datasets read files only under it [home/data]")
-    checkpoint_dir: Path | None = Field(None, description="checkpoint store [home/checkpoints]")
+    checkpoint_dir: str | None = Field(
+        None,
+        description="checkpoint store: a local path, or a URL such as s3://bucket/prefix [home/checkpoints]",
+    )
     run_dir: Path | None = Field(None, description="per-run scratch: rank logs, results [home/runs]")
 
     # Dispatch, leases and recovery.
@@ -77,8 +80,12 @@ class Settings(BaseSettings):
         return (self.data_root or self.home / "data").resolve()
 
     @cached_property
-    def checkpoint_path(self) -> Path:
-        return (self.checkpoint_dir or self.home / "checkpoints").resolve()
+    def checkpoint_store(self) -> str:
+        """The store's location as workers and the API open it: a URL as given, or an absolute path."""
+        location = self.checkpoint_dir
+        if location and "://" in location:
+            return location.rstrip("/")
+        return str((Path(location) if location else self.home / "checkpoints").resolve())
 
     @cached_property
     def run_path(self) -> Path:

@@ -110,7 +110,7 @@ class JobRunner:
             spec=spec,
             devices=devices if spec.device == "cuda" else [],
             run_dir=str(run_path),
-            checkpoint_dir=str(self.settings.checkpoint_path),
+            checkpoint_dir=self.settings.checkpoint_store,
             data_root=str(self.settings.data_root_path),
             redis_url=self.settings.redis_url,
             events_stream=self.settings.events_stream,

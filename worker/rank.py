@@ -48,7 +48,7 @@ def train_rank(rank: int, request: RunRequest, store_port: int) -> str:
 
     from trainjobs.worker.reporter import reporter_for
     from trainjobs.worker.trainer.builder import build_parts
-    from trainjobs.worker.trainer.checkpoints import Checkpointer, LocalDirStorage
+    from trainjobs.worker.trainer.checkpoints import Checkpointer, storage_at
     from trainjobs.worker.trainer.distributed import init_rank
     from trainjobs.worker.trainer.trainer import Trainer
 
@@ -68,9 +68,7 @@ def train_rank(rank: int, request: RunRequest, store_port: int) -> str:
         flush=True,
     )
     report = reporter_for(request).send if context.is_main else None
-    checkpointer = Checkpointer(
-        LocalDirStorage(Path(request.checkpoint_dir)), request.job_id, spec.checkpoint.keep_last, report
-    )
+    checkpointer = Checkpointer(storage_at(request.checkpoint_dir), request.job_id, spec.checkpoint.keep_last, report)
     trainer = Trainer(spec, build_parts(spec, context, Path(request.data_root)), context, checkpointer, report)
     if request.resume_path:
         trainer.load_state_dict(checkpointer.load(request.resume_path))

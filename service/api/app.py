@@ -28,6 +28,7 @@ from trainjobs.service.db import make_engine, make_session_factory
 from trainjobs.service.dispatch import Dispatcher
 from trainjobs.service.errors import Conflict, InvalidRequest, NotFound
 from trainjobs.settings import Settings, load_settings
+from trainjobs.store import CheckpointStore
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         read_sessions=make_session_factory(read_engine),
         dispatcher=Dispatcher(settings, sessions),
         redis=redis_client(settings),
+        checkpoint_store=CheckpointStore(settings.checkpoint_store),
     )
 
     @asynccontextmanager

@@ -22,6 +22,7 @@ from trainjobs.service.auth import Principal
 from trainjobs.service.db import run_on_commit_callbacks
 from trainjobs.service.dispatch import Dispatcher
 from trainjobs.settings import Settings
+from trainjobs.store import CheckpointStore
 
 
 @dataclass
@@ -31,6 +32,7 @@ class AppState:
     read_sessions: sessionmaker[Session]  # for GET requests (on SQLite: never wait for writers)
     dispatcher: Dispatcher
     redis: redis.Redis  # the process's one Redis client
+    checkpoint_store: CheckpointStore
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Checkpoints: a storage interface, its local-directory implementation, and the checkpointer
+"""Checkpoints: a storage interface, its implementation over the checkpoint store, and the checkpointer
 that owns what a job keeps (torchtitan's checkpointer is the model).
 
 Each file is a dict that `torch.load(path, weights_only=True)` opens; its "model" is the plain
@@ -19,6 +19,7 @@ import torch
 from pydantic import BaseModel
 
 from trainjobs.contract.events import CheckpointRecord, CheckpointRemoved
+from trainjobs.store import CheckpointStore
 from trainjobs.worker.trainer.clock import utcnow
 
 FORMAT_VERSION = 1
@@ -43,25 +44,38 @@ class CheckpointStorage(Protocol):
     def load(self, relative: str) -> dict[str, Any]: ...
 
 
-class LocalDirStorage:
-    def __init__(self, root: Path):
-        self.root = root
+class StoreStorage:
+    """Checkpoints in the job's checkpoint store (trainjobs.store): a local directory or an
+    object store. A file is written and hashed locally first and put in place whole, so a
+    checkpoint is reported only once its object is complete, and an interrupted write leaves
+    neither an object nor a record."""
+
+    def __init__(self, store: CheckpointStore):
+        self.store = store
 
     def write(self, relative: str, state: dict[str, Any]) -> StoredObject:
-        path = self.root / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = path.with_suffix(".tmp")
-        torch.save(state, temporary)
-        with open(temporary, "rb+") as file:
-            os.fsync(file.fileno())
-        os.replace(temporary, path)  # a reader never sees half a file
-        return StoredObject(size_bytes=path.stat().st_size, sha256=_sha256(path))
+        spooled = self.store.spool_for(relative)
+        try:
+            torch.save(state, spooled)
+            with open(spooled, "rb+") as file:
+                os.fsync(file.fileno())
+            stored = StoredObject(size_bytes=spooled.stat().st_size, sha256=_sha256(spooled))
+            self.store.put(spooled, relative)
+        finally:
+            spooled.unlink(missing_ok=True)
+        return stored
 
     def delete(self, relative: str) -> None:
-        (self.root / relative).unlink(missing_ok=True)
+        self.store.delete(relative)
 
     def load(self, relative: str) -> dict[str, Any]:
-        return torch.load(self.root / relative, map_location="cpu", weights_only=True)
+        with self.store.open(relative) as file:
+            return torch.load(file, map_location="cpu", weights_only=True)
+
+
+def storage_at(location: str | Path) -> StoreStorage:
+    """The checkpoint storage at a local path or a store URL."""
+    return StoreStorage(CheckpointStore(str(location)))
 
 
 def _sha256(path: Path) -> str:

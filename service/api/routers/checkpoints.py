@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse
 from pydantic import BaseModel
 
-from trainjobs.service import jobs
+from trainjobs.service import checkpoint_files, jobs
 from trainjobs.service.api.deps import State, bearer_scheme, unit_of_work
 from trainjobs.service.api.error_docs import errors
-from trainjobs.service.checkpoint_files import resolve_in_store
 from trainjobs.service.errors import NotFound
 from trainjobs.service.repositories import checkpoints
 
@@ -46,16 +45,10 @@ def list_checkpoints(job_id: str, request: Request) -> CheckpointList:
     response_class=FileResponse,
     responses={200: {"content": {"application/octet-stream": {}}, "description": "the checkpoint file"}},
 )
-def download_checkpoint(job_id: str, checkpoint_id: str, request: Request, state: State) -> FileResponse:
+def download_checkpoint(job_id: str, checkpoint_id: str, request: Request, state: State) -> Response:
     with unit_of_work(request) as work:
         job = jobs.get_visible(work.session, work.caller, job_id)
         row = checkpoints.get(work.session, checkpoint_id)
         if row is None or row.job_id != job.id:
             raise NotFound(f"checkpoint {checkpoint_id} not found")
-    path = resolve_in_store(state.settings.checkpoint_path, row.path)
-    return FileResponse(
-        path,
-        media_type="application/octet-stream",
-        filename=f"{row.id}.pt",
-        headers={"X-Checkpoint-SHA256": row.sha256},
-    )
+    return checkpoint_files.download(state.checkpoint_store, row)

@@ -1,0 +1,70 @@
+"""Hosts that share nothing on disk (issue: A fleet of hosts, the checkpoint store): the API and
+each worker have a home of their own, and checkpoints live in a real S3-compatible server
+(moto's standalone server), written by rank 0, read back on resume by another host, streamed by
+the API."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import signal
+
+import pytest
+
+from tests.harness import (
+    HALF_SECOND_EPOCHS,
+    find_launcher,
+    rank_pids,
+    tiny_wavenet_spec,
+    wait_for_terminal,
+    wait_until,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_job_resumes_on_another_host_from_the_object_store_and_downloads_stream_from_it(
+    stack_on, sqlite_url, s3_server, tmp_path
+):
+    prefix = secrets.token_hex(4)
+    store = {
+        **s3_server.env,
+        "TRAINJOBS_CHECKPOINT_DIR": f"s3://{s3_server.bucket}/{prefix}",
+        "TRAINJOBS_LEASE_SECONDS": "3",
+        "TRAINJOBS_HEARTBEAT_SECONDS": "1",
+        "TRAINJOBS_WORKER_LOST_SECONDS": "5",
+    }
+    stack = stack_on(sqlite_url, with_worker=False, **store)
+    host_a, host_b = tmp_path / "host-a", tmp_path / "host-b"
+    stack.start_worker("worker-a", TRAINJOBS_HOME=str(host_a))
+    client = stack.client(stack.token())
+    spec = tiny_wavenet_spec(epochs=6, data=HALF_SECOND_EPOCHS)
+    job_id = client.post("/v1/jobs", json=spec).json()["id"]
+    wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["epoch"] >= 2, 120, what="two epochs")
+
+    # Host A is lost whole; host B, which has never seen the job, takes it over.
+    ranks = rank_pids(job_id)
+    os.killpg(find_launcher(job_id), signal.SIGKILL)
+    stack.kill_worker(f"worker-a-{stack.namespace}")
+    for pid in ranks.values():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    stack.start_worker("worker-b", TRAINJOBS_HOME=str(host_b))
+    job = wait_for_terminal(client, job_id, timeout=180)
+    assert (job["state"], job["attempt"]) == ("succeeded", 2), job
+    assert [row["epoch"] for row in client.get(f"/v1/jobs/{job_id}/metrics").json()["items"]] == list(range(1, 7))
+
+    # Checkpoints are objects in the store, none a file on any host.
+    listed = client.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]
+    objects = s3_server.objects(prefix)
+    assert {f"{prefix}/{job_id}/{row['id']}.pt" for row in listed} == set(objects)
+    assert not any(path.suffix == ".pt" for home in (stack.home, host_a, host_b) for path in home.rglob("*"))
+    for row in listed:
+        download = client.get(f"/v1/jobs/{job_id}/checkpoints/{row['id']}")
+        assert download.status_code == 200 and int(download.headers["content-length"]) == row["size_bytes"]
+        assert hashlib.sha256(download.content).hexdigest() == row["sha256"]
+    # Rotation removed objects: keep_last 3 (the default) plus the best, at most.
+    assert len(objects) <= 4
