@@ -39,6 +39,7 @@ class BackgroundLoop:
             # A name stable across restarts, so a restarted API resumes its own pending events at once.
             consumer=socket.gethostname(),
             max_failures=settings.collector_max_failures,
+            log_lines_cap=settings.log_lines_per_job,
         )
         self._last_fleet: list[tuple[str, int]] | None = None
         self._next_explain = 0.0

@@ -23,16 +23,20 @@ from trainjobs.contract.events import (
     CheckpointRemoved,
     EpochMetrics,
     JobEvent,
+    LogLines,
     StateChange,
 )
 from trainjobs.service import lifecycle
 from trainjobs.service.db import transaction
-from trainjobs.service.repositories import jobs
+from trainjobs.service.repositories import job_logs, jobs
 
 log = logging.getLogger(__name__)
 
 GROUP = "collectors"
-DEAD_LETTERS_KEPT = 10_000  # the dead-letter stream is trimmed to about this many entries
+DEAD_LETTERS_KEPT = 10_000
+DEFAULT_LOG_LINES_CAP = (
+    50_000  # TRAINJOBS_LOG_LINES_PER_JOB  # the dead-letter stream is trimmed to about this many entries
+)
 
 
 class EventCollector:
@@ -44,6 +48,7 @@ class EventCollector:
         consumer: str,
         stale_after_ms: int = 30_000,
         max_failures: int = 3,
+        log_lines_cap: int = DEFAULT_LOG_LINES_CAP,
     ):
         self.client = client
         self.sessions = sessions
@@ -52,6 +57,7 @@ class EventCollector:
         self.consumer = consumer
         self.stale_after_ms = stale_after_ms
         self.max_failures = max_failures
+        self.log_lines_cap = log_lines_cap
         self._failures: dict[str, int] = {}  # entry id -> failed applications, in this process
         self._group_ready = False
 
@@ -100,7 +106,7 @@ class EventCollector:
         try:
             event = JobEvent.from_stream_fields(fields)
             with transaction(self.sessions) as session:
-                apply_event(session, event)
+                apply_event(session, event, self.log_lines_cap)
         except (ValidationError, ValueError, KeyError, lifecycle.ForeignRecord) as refused:
             self._dead_letter(entry_id, fields, f"refused: {refused}")
             return
@@ -138,7 +144,7 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def apply_event(session: Session, event: JobEvent) -> None:
+def apply_event(session: Session, event: JobEvent, log_lines_cap: int = DEFAULT_LOG_LINES_CAP) -> None:
     job = jobs.get(session, event.job_id, for_update=True)
     if job is None:
         log.warning("event %s for unknown job %s dropped", event.kind, event.job_id)
@@ -151,6 +157,8 @@ def apply_event(session: Session, event: JobEvent) -> None:
             lifecycle.record_checkpoint(session, job, payload)
         case CheckpointRemoved():
             lifecycle.remove_checkpoint(session, job, payload.id)
+        case LogLines():
+            job_logs.append(session, job.id, event.attempt, payload, log_lines_cap)
         case StateChange():
             try:
                 lifecycle.finish(session, job, event.attempt, payload)

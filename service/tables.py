@@ -118,6 +118,24 @@ class JobEventRow(Base):
     created_at: Mapped[datetime]
 
 
+class JobLogLineRow(Base):
+    """One line of a rank's output, shipped by its launcher while the job runs. `id` orders
+    lines as they arrived (what `logs?follow=true` streams by)."""
+
+    __tablename__ = "job_log_lines"
+    __table_args__ = (
+        UniqueConstraint("job_id", "attempt", "rank", "line_no", name="uq_job_log_lines_position"),
+        Index("ix_job_log_lines_job_id_id", "job_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    rank: Mapped[int] = mapped_column(Integer)
+    line_no: Mapped[int] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text)
+
+
 class ApiTokenRow(Base):
     __tablename__ = "api_tokens"
 

@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import unicodedata
 from pathlib import Path
 
@@ -16,7 +15,6 @@ import httpx
 from pydantic import ValidationError
 
 from trainjobs.client import ApiError, TrainJobsClient, Unreachable
-from trainjobs.contract.events import TERMINAL_STATES
 
 EXIT_API_DOWN = 3  # the API did not answer, or answered 5xx
 
@@ -376,19 +374,8 @@ def _logs(args) -> None:
     if not args.follow:
         sys.stdout.write(client.logs(args.job_id, args.tail))
         return
-    printed: dict[str, int] = {}  # lines already shown, per rank
-    while True:
-        job = client.job(args.job_id)
-        by_rank: dict[str, list[str]] = {}
-        for line in client.logs(args.job_id).splitlines():
-            by_rank.setdefault(line.split("]", 1)[0], []).append(line)
-        for rank, lines in by_rank.items():
-            for line in lines[printed.get(rank, 0) :]:
-                print(line, flush=True)
-            printed[rank] = len(lines)
-        if job["state"] in TERMINAL_STATES:
-            return
-        time.sleep(1.0)
+    for line in client.follow_logs(args.job_id, args.tail):
+        print(line, flush=True)
 
 
 def _metrics(args) -> None:

@@ -78,6 +78,18 @@ class TrainJobsClient:
             _raise_for(response)
         return response.text
 
+    def follow_logs(self, job_id: str, tail: int | None = None) -> Iterator[str]:
+        """The job's log lines so far (the last `tail` of each rank, if given), then each new
+        line as it arrives, until the job ends. A job may print nothing for long: no read
+        timeout; a dropped connection raises."""
+        params: dict[str, Any] = {"follow": "true", **({"tail": tail} if tail else {})}
+        timeout = httpx.Timeout(30.0, read=None)
+        with self.http.stream("GET", f"/v1/jobs/{job_id}/logs", params=params, timeout=timeout) as response:
+            if response.status_code >= 400:
+                response.read()
+                _raise_for(response)
+            yield from response.iter_lines()
+
     def workers(self) -> list[dict[str, Any]]:
         return self._items("/v1/workers")
 

@@ -45,6 +45,12 @@ class Settings(BaseSettings):
     collector_max_failures: int = Field(
         3, ge=1, le=100, description="tries of a stream entry whose transaction fails, before it is dead-lettered"
     )
+    log_lines_per_job: int = Field(
+        50_000,
+        ge=100,
+        le=10_000_000,
+        description="rank output lines the service keeps per job; past it, one notice and the rest stays on the worker",
+    )
     heartbeat_seconds: float = Field(5.0, gt=0.0, description="how often a worker reports itself")
     worker_lost_seconds: float = Field(30.0, gt=0.0, description="a worker silent this long is shown as lost")
 

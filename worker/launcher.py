@@ -31,6 +31,7 @@ import torch.multiprocessing as mp
 
 from trainjobs.contract.events import StateChange
 from trainjobs.contract.run import RankResult, RunRequest
+from trainjobs.worker.log_shipper import LogShipper
 from trainjobs.worker.rank import run_rank
 from trainjobs.worker.reporter import reporter_for
 
@@ -131,10 +132,15 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s launcher %(levelname)s %(message)s")
     request = RunRequest.model_validate_json(Path(sys.argv[1]).read_text())
     parent_pid = int(sys.argv[2])
-    outcome = launch(request, parent_pid)
+    reporter = reporter_for(request)
+    shipper = LogShipper(request.run_path, reporter.send).start()
+    try:
+        outcome = launch(request, parent_pid)
+    finally:
+        shipper.stop()  # every line is sent before the final state
     if outcome is None:
         sys.exit(3)
-    reporter_for(request).send(outcome)
+    reporter.send(outcome)
     log.info("job %s attempt %d: %s %s", request.job_id, request.attempt, outcome.state, outcome.stop_reason or "")
 
 

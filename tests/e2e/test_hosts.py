@@ -57,6 +57,14 @@ def test_a_job_resumes_on_another_host_from_the_object_store_and_downloads_strea
     assert (job["state"], job["attempt"]) == ("succeeded", 2), job
     assert [row["epoch"] for row in client.get(f"/v1/jobs/{job_id}/metrics").json()["items"]] == list(range(1, 7))
 
+    # Logs came over the network: the API's host never saw a rank's file. The lost host's
+    # attempt stays readable.
+    assert not list(stack.home.rglob("rank*.log"))
+    first = client.get(f"/v1/jobs/{job_id}/logs", params={"attempt": 1}).text
+    second = client.get(f"/v1/jobs/{job_id}/logs").text
+    assert "[rank 0] rank 0 of 2 on cpu" in first and "[rank 1] rank 1 of 2 on cpu" in first
+    assert "[rank 0] resumed from" in second and "[rank 1] rank 1 done after epoch 6: completed" in second
+
     # Checkpoints are objects in the store, none a file on any host.
     listed = client.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]
     objects = s3_server.objects(prefix)
@@ -68,3 +76,22 @@ def test_a_job_resumes_on_another_host_from_the_object_store_and_downloads_strea
         assert hashlib.sha256(download.content).hexdigest() == row["sha256"]
     # Rotation removed objects: keep_last 3 (the default) plus the best, at most.
     assert len(objects) <= 4
+
+
+def test_logs_follow_streams_lines_while_the_job_runs_and_ends_with_it(stack_on, sqlite_url, tmp_path):
+    stack = stack_on(sqlite_url, with_worker=False)
+    stack.start_worker("worker-a", TRAINJOBS_HOME=str(tmp_path / "host-a"))
+    client = stack.client(stack.token())
+    job_id = client.post("/v1/jobs", json=tiny_wavenet_spec(epochs=8, data=HALF_SECOND_EPOCHS)).json()["id"]
+
+    followed, states_seen = [], set()
+    with client.stream("GET", f"/v1/jobs/{job_id}/logs", params={"follow": "true"}, timeout=120) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            followed.append(line)
+            if len(followed) == 1:  # the first line arrived: the job is still running
+                states_seen.add(client.get(f"/v1/jobs/{job_id}").json()["state"])
+    assert states_seen == {"running"}
+    final = client.get(f"/v1/jobs/{job_id}/logs").text.splitlines()
+    assert client.get(f"/v1/jobs/{job_id}").json()["state"] == "succeeded"
+    assert sorted(followed) == sorted(final) and "[rank 1] rank 1 done after epoch 8: completed" in final

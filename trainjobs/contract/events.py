@@ -92,12 +92,28 @@ class CheckpointRemoved(BaseModel):
     id: str = Field(min_length=1, max_length=64)
 
 
-EventKind = Literal["state", "metrics", "checkpoint", "checkpoint_removed"]
+MAX_LOG_LINE_CHARS = 2000  # a longer line is cut, ending in "…"
+MAX_LOG_LINES_PER_EVENT = 500
+
+
+class LogLines(BaseModel):
+    """A batch of one rank's output lines: lines `first_line`, `first_line` + 1, ... of its log
+    in this attempt (numbered, so a batch delivered twice is kept once)."""
+
+    rank: int = Field(ge=0, le=100_000)
+    first_line: int = Field(ge=0, le=10**9)
+    lines: list[Annotated[str, StringConstraints(max_length=MAX_LOG_LINE_CHARS)]] = Field(
+        max_length=MAX_LOG_LINES_PER_EVENT
+    )
+
+
+EventKind = Literal["state", "metrics", "checkpoint", "checkpoint_removed", "logs"]
 _PAYLOADS: dict[str, type[BaseModel]] = {
     "state": StateChange,
     "metrics": EpochMetrics,
     "checkpoint": CheckpointRecord,
     "checkpoint_removed": CheckpointRemoved,
+    "logs": LogLines,
 }
 
 

@@ -9,10 +9,9 @@ from fastapi.responses import PlainTextResponse, StreamingResponse
 
 from trainjobs.contract.job import JobDocument, JobPage
 from trainjobs.contract.spec import JobSpec
-from trainjobs.service import jobs, timeline
+from trainjobs.service import jobs, log_stream, timeline
 from trainjobs.service.api.deps import State, bearer_scheme, unit_of_work
 from trainjobs.service.api.error_docs import errors
-from trainjobs.service.run_logs import tail_rank_logs
 from trainjobs.service.sse import job_event_stream
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=errors(401, 404), dependencies=bearer_scheme)
@@ -92,14 +91,32 @@ def job_events(
 @router.get(
     "/{job_id}/logs",
     response_class=PlainTextResponse,
-    responses={200: {"content": {"text/plain": {}}, "description": "every rank's output, lines prefixed [rank N]"}},
+    responses={
+        200: {
+            "content": {"text/plain": {}},
+            "description": "every rank's output, lines prefixed [rank N]; with follow=true, new lines as they "
+            "arrive until the job ends",
+        }
+    },
 )
 def job_logs(
-    job_id: str, request: Request, state: State, tail: Annotated[int | None, Query(ge=1, le=100_000)] = None
-) -> PlainTextResponse:
+    job_id: str,
+    request: Request,
+    state: State,
+    tail: Annotated[int | None, Query(ge=1, le=100_000)] = None,
+    attempt: Annotated[int | None, Query(ge=1, le=1_000_000, description="an earlier attempt's [the latest]")] = None,
+    follow: bool = False,
+) -> Response:
     with unit_of_work(request) as work:
         job = jobs.get_visible(work.session, work.caller, job_id)
-    return PlainTextResponse(tail_rank_logs(state.settings.run_path, job.id, job.attempt, tail))
+        attempt = attempt or job.attempt
+        if not follow:
+            return PlainTextResponse(log_stream.attempt_text(work.session, job.id, attempt, tail))
+    return StreamingResponse(
+        log_stream.follow(state.read_sessions, job.id, attempt, tail),
+        media_type="text/plain; charset=utf-8",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 @router.post(

@@ -1,0 +1,96 @@
+"""Ships every rank's output to the service while the job runs, so the API serves logs from a
+host that shares no disk with the workers (and keeps them after a worker is lost).
+
+The launcher runs one shipper: a thread that reads the new lines of each `rank<N>.log` of the
+attempt every `every_seconds` and sends them as `logs` events, in batches, over the job's event
+stream. Lines are numbered per rank, so a batch sent twice is kept once. The last batch goes out
+when the launcher stops the shipper, before it reports the job's final state: the service has
+every line by the time the job ends. The service keeps at most TRAINJOBS_LOG_LINES_PER_JOB lines
+a job; the files on the worker keep everything.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from trainjobs.contract.events import MAX_LOG_LINE_CHARS, MAX_LOG_LINES_PER_EVENT, LogLines
+
+log = logging.getLogger(__name__)
+
+RANK_LOG = re.compile(r"^rank(\d+)\.log$")
+
+
+class RankLog:
+    """One rank's log file, read from where the last read stopped; whole lines only."""
+
+    def __init__(self, path: Path, rank: int):
+        self.path = path
+        self.rank = rank
+        self.offset = 0  # bytes read
+        self.next_line = 0  # number of the next whole line
+        self.partial = b""  # a line not yet ended by a newline
+
+    def new_lines(self, final: bool) -> list[str]:
+        with open(self.path, "rb") as file:
+            file.seek(self.offset)
+            data = file.read()
+        self.offset += len(data)
+        text = self.partial + data
+        *whole, self.partial = text.split(b"\n")
+        if final and self.partial:
+            whole.append(self.partial)
+            self.partial = b""
+        return [_clip(line.decode("utf-8", "replace").rstrip("\r")) for line in whole]
+
+
+def _clip(line: str) -> str:
+    return line if len(line) <= MAX_LOG_LINE_CHARS else line[: MAX_LOG_LINE_CHARS - 1] + "…"
+
+
+class LogShipper:
+    def __init__(self, run_path: Path, send: Callable[[BaseModel], None], every_seconds: float = 0.5):
+        self.run_path = run_path
+        self.send = send
+        self.every_seconds = every_seconds
+        self.logs: dict[int, RankLog] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trainjobs-log-shipper", daemon=True)
+
+    def start(self) -> LogShipper:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Ship what is left, including a last line without a newline, then stop."""
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join(timeout=30)
+        self.ship(final=True)
+
+    def ship(self, final: bool = False) -> None:
+        for path in sorted(self.run_path.glob("rank*.log")):
+            match = RANK_LOG.match(path.name)
+            if match is None:
+                continue
+            rank = int(match.group(1))
+            rank_log = self.logs.setdefault(rank, RankLog(path, rank))
+            lines = rank_log.new_lines(final)
+            for start in range(0, len(lines), MAX_LOG_LINES_PER_EVENT):
+                batch = lines[start : start + MAX_LOG_LINES_PER_EVENT]
+                self.send(LogLines(rank=rank, first_line=rank_log.next_line, lines=batch))
+                rank_log.next_line += len(batch)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_seconds):
+            try:
+                self.ship()
+            except Exception:
+                # Logs are a convenience: a failed batch must not stop the job. The lines are
+                # still in the file, and the next pass sends what follows.
+                log.exception("shipping rank logs failed")
