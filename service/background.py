@@ -40,6 +40,7 @@ class BackgroundLoop:
             consumer=socket.gethostname(),
             max_failures=settings.collector_max_failures,
             log_lines_cap=settings.log_lines_per_job,
+            max_attempts=settings.max_attempts,
         )
         self._last_fleet: list[tuple[str, int]] | None = None
         self._next_explain = 0.0

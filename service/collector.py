@@ -33,10 +33,9 @@ from trainjobs.service.repositories import job_logs, jobs
 log = logging.getLogger(__name__)
 
 GROUP = "collectors"
-DEAD_LETTERS_KEPT = 10_000
-DEFAULT_LOG_LINES_CAP = (
-    50_000  # TRAINJOBS_LOG_LINES_PER_JOB  # the dead-letter stream is trimmed to about this many entries
-)
+DEAD_LETTERS_KEPT = 10_000  # the dead-letter stream is trimmed to about this many entries
+DEFAULT_LOG_LINES_CAP = 50_000  # TRAINJOBS_LOG_LINES_PER_JOB
+DEFAULT_MAX_ATTEMPTS = 3  # TRAINJOBS_MAX_ATTEMPTS
 
 
 class EventCollector:
@@ -49,6 +48,7 @@ class EventCollector:
         stale_after_ms: int = 30_000,
         max_failures: int = 3,
         log_lines_cap: int = DEFAULT_LOG_LINES_CAP,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     ):
         self.client = client
         self.sessions = sessions
@@ -58,6 +58,7 @@ class EventCollector:
         self.stale_after_ms = stale_after_ms
         self.max_failures = max_failures
         self.log_lines_cap = log_lines_cap
+        self.max_attempts = max_attempts
         self._failures: dict[str, int] = {}  # entry id -> failed applications, in this process
         self._group_ready = False
 
@@ -106,7 +107,7 @@ class EventCollector:
         try:
             event = JobEvent.from_stream_fields(fields)
             with transaction(self.sessions) as session:
-                apply_event(session, event, self.log_lines_cap)
+                apply_event(session, event, self.log_lines_cap, self.max_attempts)
         except (ValidationError, ValueError, KeyError, lifecycle.ForeignRecord) as refused:
             self._dead_letter(entry_id, fields, f"refused: {refused}")
             return
@@ -144,7 +145,12 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def apply_event(session: Session, event: JobEvent, log_lines_cap: int = DEFAULT_LOG_LINES_CAP) -> None:
+def apply_event(
+    session: Session,
+    event: JobEvent,
+    log_lines_cap: int = DEFAULT_LOG_LINES_CAP,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> None:
     job = jobs.get(session, event.job_id, for_update=True)
     if job is None:
         log.warning("event %s for unknown job %s dropped", event.kind, event.job_id)
@@ -159,6 +165,11 @@ def apply_event(session: Session, event: JobEvent, log_lines_cap: int = DEFAULT_
             lifecycle.remove_checkpoint(session, job, payload.id)
         case LogLines():
             job_logs.append(session, job.id, event.attempt, payload, log_lines_cap)
+        case StateChange(state="queued"):
+            # A node of a multi-node job lost its peers (a host went away): the whole job goes
+            # back to the queue, as when a worker's lease runs out.
+            if event.attempt == job.attempt and job.state == "running":
+                lifecycle.requeue_or_give_up(session, job, payload.error or "a node was lost", max_attempts)
         case StateChange():
             try:
                 lifecycle.finish(session, job, event.attempt, payload)

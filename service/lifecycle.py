@@ -21,6 +21,7 @@ from __future__ import annotations
 import posixpath
 import secrets
 from dataclasses import dataclass
+from datetime import timedelta
 
 from sqlalchemy.orm import Session
 
@@ -28,7 +29,7 @@ from trainjobs.contract.events import TERMINAL_STATES, CheckpointRecord, EpochMe
 from trainjobs.contract.spec import JobSpec
 from trainjobs.service import timeline
 from trainjobs.service.errors import Conflict
-from trainjobs.service.repositories import checkpoints, dispatch_intents, epoch_metrics, jobs
+from trainjobs.service.repositories import checkpoints, dispatch_intents, epoch_metrics, job_nodes, jobs
 from trainjobs.service.tables import JobRow, utcnow
 
 ACTIVE_STATES = frozenset({"running", "cancelling"})
@@ -47,6 +48,10 @@ TRANSITIONS = {
     for t in (
         Transition("submit", frozenset(), frozenset({"queued"}), "API (POST /v1/jobs)"),
         Transition("claim", frozenset({"queued"}), frozenset({"running"}), "worker"),
+        Transition(
+            "join", frozenset({"queued"}), frozenset({"queued", "running"}), "worker (a node of a multi-node job)"
+        ),
+        Transition("leave", frozenset({"queued"}), frozenset({"queued"}), "worker (its nodes did not gather in time)"),
         Transition("renew", ACTIVE_STATES, ACTIVE_STATES, "worker"),
         Transition(
             "cancel",
@@ -55,7 +60,12 @@ TRANSITIONS = {
             "API (POST /v1/jobs/{id}/cancel)",
         ),
         Transition("finish", ACTIVE_STATES, TERMINAL_STATES, "collector (the launcher's or worker's report); reaper"),
-        Transition("requeue", frozenset({"running"}), frozenset({"queued"}), "reaper (lease ran out)"),
+        Transition(
+            "requeue",
+            frozenset({"running"}),
+            frozenset({"queued"}),
+            "reaper (a lease ran out); collector (a node lost)",
+        ),
         Transition("explain_waiting", frozenset({"queued"}), frozenset({"queued"}), "reaper's sweep; worker"),
     )
 }
@@ -129,9 +139,49 @@ def claim(session: Session, job_id: str, worker: str, lease_seconds: float) -> J
     return job
 
 
+def join(session: Session, job: JobRow, worker: str, address: str, lease_seconds: float) -> int:
+    """A worker takes a node of a queued multi-node job (its devices are leased meanwhile) and
+    gets its node rank; the worker that takes the last node starts the job: queued -> running,
+    with node 0's worker as the job's worker and lease holder. Members whose lease ran out (a
+    worker that gave up or died while waiting) are dropped first."""
+    _check(job, "join")
+    now = utcnow()
+    job_nodes.remove(session, job.id, job.attempt, expired_before=now)
+    members = job_nodes.of_attempt(session, job.id, job.attempt)
+    mine = next((member.node_rank for member in members if member.worker == worker), None)
+    if mine is None:
+        taken = {member.node_rank for member in members}
+        mine = min(rank for rank in range(job.spec["nodes"] + 1) if rank not in taken)
+        job_nodes.add(session, job.id, job.attempt, mine, worker, address, lease_seconds)
+        members = job_nodes.of_attempt(session, job.id, job.attempt)
+    if len(members) == job.spec["nodes"]:
+        leader = members[0].worker
+        _set(
+            job,
+            state="running",
+            worker=leader,
+            workers=[member.worker for member in members],
+            lease_owner=leader,
+            lease_expires_at=now + timedelta(seconds=lease_seconds),
+            started_at=now,
+            waiting_reason=None,
+        )
+        _state_changed(session, job)
+    return mine
+
+
+def leave(session: Session, job: JobRow, worker: str) -> None:
+    """A worker gives its node of a queued job back (the job did not gather its nodes in time)."""
+    _check(job, "leave")
+    job_nodes.remove(session, job.id, job.attempt, worker=worker)
+
+
 def renew(session: Session, job_id: str, worker: str, attempt: int, lease_seconds: float) -> bool:
-    """Extend `worker`'s lease on a running job; False when it is no longer theirs."""
-    return jobs.renew_lease(session, job_id, worker, attempt, lease_seconds)
+    """Extend `worker`'s lease on a running job (and on its node of a multi-node job); False
+    when it holds neither any more."""
+    job_lease = jobs.renew_lease(session, job_id, worker, attempt, lease_seconds)
+    node_lease = job_nodes.renew(session, job_id, attempt, worker, lease_seconds)
+    return job_lease or node_lease
 
 
 def cancel(session: Session, job: JobRow) -> None:
@@ -157,6 +207,7 @@ def finish(session: Session, job: JobRow, attempt: int, outcome: StateChange) ->
     if attempt != job.attempt:
         raise TransitionRefused(f"job {job.id} is at attempt {job.attempt}; a report of attempt {attempt} is stale")
     _check(job, "finish")
+    job_nodes.remove(session, job.id, job.attempt)
     _set(
         job,
         state=outcome.state,
@@ -170,10 +221,21 @@ def finish(session: Session, job: JobRow, attempt: int, outcome: StateChange) ->
     _state_changed(session, job)
 
 
+def requeue_or_give_up(session: Session, job: JobRow, lost: str, max_attempts: int) -> None:
+    """A worker or a node was lost: back to the queue, or failed after `max_attempts`."""
+    if job.attempt >= max_attempts:
+        plural = "s" if job.attempt > 1 else ""
+        error = f"{lost}; gave up after {job.attempt} attempt{plural}"
+        finish(session, job, job.attempt, StateChange(state="failed", stop_reason="error", error=error))
+    else:
+        requeue(session, job, f"requeued: {lost}")
+
+
 def requeue(session: Session, job: JobRow, reason: str) -> None:
     """running -> queued with `attempt` + 1, dispatched again; the next worker resumes it from
     its last checkpoint."""
     _check(job, "requeue")
+    job_nodes.remove(session, job.id, job.attempt)
     _set(
         job,
         state="queued",

@@ -19,7 +19,7 @@ from trainjobs.contract.workers import WorkerStatus
 from trainjobs.scheduling import waiting_reason
 from trainjobs.service import lifecycle
 from trainjobs.service.db import transaction
-from trainjobs.service.repositories import jobs
+from trainjobs.service.repositories import job_nodes, jobs
 from trainjobs.service.tables import utcnow
 
 log = logging.getLogger(__name__)
@@ -27,24 +27,18 @@ log = logging.getLogger(__name__)
 
 def requeue_lost_jobs(sessions: sessionmaker[Session], max_attempts: int) -> None:
     with transaction(sessions) as session:
-        for job in jobs.with_expired_lease(session, utcnow()):
-            lost = job.lease_owner or job.worker
+        lost_workers = {job.id: job.lease_owner or job.worker for job in jobs.with_expired_lease(session, utcnow())}
+        # A multi-node job is lost with any one of its nodes' workers.
+        for job_id, _attempt, worker in job_nodes.expired_of_running(session, utcnow()):
+            lost_workers.setdefault(job_id, worker)
+        for job_id, lost in lost_workers.items():
+            job = jobs.get(session, job_id, for_update=True)
+            if job is None or job.state not in ("running", "cancelling"):
+                continue
             if job.state == "cancelling":
                 lifecycle.finish(session, job, job.attempt, StateChange(state="cancelled", stop_reason="cancelled"))
-            elif job.attempt >= max_attempts:
-                plural = "s" if job.attempt > 1 else ""
-                lifecycle.finish(
-                    session,
-                    job,
-                    job.attempt,
-                    StateChange(
-                        state="failed",
-                        stop_reason="error",
-                        error=f"worker {lost} was lost; gave up after {job.attempt} attempt{plural}",
-                    ),
-                )
             else:
-                lifecycle.requeue(session, job, f"requeued: worker {lost} was lost")
+                lifecycle.requeue_or_give_up(session, job, f"worker {lost} was lost", max_attempts)
             log.warning("job %s: lease of worker %s expired; now %s (attempt %d)", job.id, lost, job.state, job.attempt)
 
 
@@ -66,12 +60,12 @@ def explain_waiting_jobs(
     with transaction(sessions) as session:
         demand = jobs.queued_demand(session)
     changed = 0
-    for device, needed in demand:
+    for device, gpus, nodes in demand:
         if changed >= limit:
             break
-        reason = waiting_reason(device, needed, workers)
+        reason = waiting_reason(device, gpus // nodes, workers, nodes)
         with transaction(sessions) as session:
-            stale = jobs.queued_with_other_reason(session, device, needed, reason, limit=limit - changed)
+            stale = jobs.queued_with_other_reason(session, device, gpus, nodes, reason, limit=limit - changed)
             for job in stale:
                 lifecycle.explain_waiting(session, job, reason)
         changed += len(stale)

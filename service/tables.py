@@ -69,6 +69,7 @@ class JobRow(Base):
     error: Mapped[str | None] = mapped_column(Text)
     waiting_reason: Mapped[str | None] = mapped_column(Text)
     worker: Mapped[str | None] = mapped_column(String(256))
+    workers: Mapped[list[str] | None] = mapped_column(JSON)  # each node's worker, node 0 first
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     event_seq: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # last job_events.seq
     idempotency_key: Mapped[str | None] = mapped_column(String(256))
@@ -116,6 +117,21 @@ class JobEventRow(Base):
     kind: Mapped[str] = mapped_column(String(16))
     data: Mapped[dict[str, Any]]
     created_at: Mapped[datetime]
+
+
+class JobNodeRow(Base):
+    """A worker holding one node of a multi-node job's attempt: first while the job gathers its
+    nodes (the worker's devices are leased meanwhile), then while it runs. Each member renews
+    its own lease; when any lapses the reaper requeues the whole job."""
+
+    __tablename__ = "job_nodes"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node_rank: Mapped[int] = mapped_column(Integer, primary_key=True)
+    worker: Mapped[str] = mapped_column(String(256))
+    address: Mapped[str] = mapped_column(String(256))
+    lease_expires_at: Mapped[datetime]
 
 
 class JobLogLineRow(Base):

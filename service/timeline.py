@@ -37,6 +37,7 @@ def document(job: JobRow) -> JobDocument:
         error=job.error,
         waiting_reason=job.waiting_reason,
         worker=job.worker,
+        workers=job.workers or [],
         attempt=job.attempt,
         created_at=job.created_at,
         started_at=job.started_at,

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from trainjobs.scheduling import QueuedJob
 from trainjobs.service import lifecycle
-from trainjobs.service.repositories import checkpoints, jobs
+from trainjobs.service.repositories import checkpoints, job_nodes, jobs
 from trainjobs.service.tables import JobRow
 
 OLDER_JOBS_READ = 200  # the most older queued jobs looked at for first-in-line
@@ -38,6 +38,17 @@ class ClaimedJob:
     resume_path: str | None  # relative to the checkpoint store
     init_path: str | None
     missing_checkpoint: str | None = None  # why the job cannot start: it names a checkpoint that is gone
+    node_rank: int = 0  # this worker's node of a multi-node job
+
+
+@dataclass(frozen=True)
+class Gathering:
+    """Where a multi-node job stands for one of its workers while it gathers its nodes."""
+
+    state: str | None  # the job's state (None: gone)
+    node_rank: int | None  # this worker's node; None when it holds none
+    attempt: int = 0
+    started: ClaimedJob | None = None  # set once every node is held and the job runs
 
 
 @dataclass(frozen=True)
@@ -48,7 +59,8 @@ class LeaseCheck:
 
 
 def _queued(job: JobRow) -> QueuedJob:
-    return QueuedJob(id=job.id, device=job.device, needed=job.spec["gpus"])
+    nodes = job.spec.get("nodes", 1)
+    return QueuedJob(id=job.id, device=job.device, needed=job.spec["gpus"] // nodes, nodes=nodes)
 
 
 def view_message(session: Session, job_id: str) -> MessageView:
@@ -66,7 +78,13 @@ def claim(session: Session, job_id: str, worker: str, lease_seconds: float) -> C
     job = lifecycle.claim(session, job_id, worker, lease_seconds)
     if job is None:
         return None
-    claimed = ClaimedJob(id=job.id, attempt=job.attempt, spec=job.spec, resume_path=None, init_path=None)
+    return _with_checkpoints(session, job, node_rank=0)
+
+
+def _with_checkpoints(session: Session, job: JobRow, node_rank: int) -> ClaimedJob:
+    claimed = ClaimedJob(
+        id=job.id, attempt=job.attempt, spec=job.spec, resume_path=None, init_path=None, node_rank=node_rank
+    )
     latest = checkpoints.latest_for_job(session, job.id) if job.attempt > 1 else None
     if latest is not None:
         return replace(claimed, resume_path=latest.path)
@@ -89,14 +107,48 @@ def _checkpoint_path(session: Session, checkpoint_id: str | None) -> str | None:
     return row.path
 
 
+def join(session: Session, job_id: str, worker: str, address: str, lease_seconds: float) -> Gathering:
+    """Take a node of a queued multi-node job (see lifecycle.join)."""
+    job = jobs.get(session, job_id, for_update=True)
+    if job is None or job.state != "queued":
+        return Gathering(state=job.state if job else None, node_rank=None)
+    node_rank = lifecycle.join(session, job, worker, address, lease_seconds)
+    return _gathering(session, job, worker, node_rank)
+
+
+def gathering(session: Session, job_id: str, attempt: int, worker: str, lease_seconds: float) -> Gathering:
+    """Whether the job this worker holds a node of has gathered them all (and runs); the
+    worker's hold is renewed meanwhile."""
+    job = jobs.get(session, job_id, for_update=True)
+    if job is None or job.attempt != attempt:
+        return Gathering(state=job.state if job else None, node_rank=None)
+    lifecycle.renew(session, job_id, worker, attempt, lease_seconds)
+    node_rank = next((m.node_rank for m in job_nodes.of_attempt(session, job_id, attempt) if m.worker == worker), None)
+    return _gathering(session, job, worker, node_rank)
+
+
+def _gathering(session: Session, job: JobRow, worker: str, node_rank: int | None) -> Gathering:
+    if job.state == "running" and node_rank is not None:
+        started = _with_checkpoints(session, job, node_rank)
+        return Gathering(state=job.state, node_rank=node_rank, attempt=job.attempt, started=started)
+    return Gathering(state=job.state, node_rank=node_rank, attempt=job.attempt)
+
+
+def leave(session: Session, job_id: str, attempt: int, worker: str) -> None:
+    job = jobs.get(session, job_id, for_update=True)
+    if job is not None and job.state == "queued" and job.attempt == attempt:
+        lifecycle.leave(session, job, worker)
+
+
 def check_lease(session: Session, job_id: str, worker: str, attempt: int, renew_for: float | None) -> LeaseCheck:
     """Where the job this worker runs stands; with `renew_for`, extend the lease by that many
-    seconds if it is still ours."""
+    seconds if it is still ours (the job's, or the node's of a multi-node job)."""
     job = jobs.get(session, job_id, for_update=True)
     if job is None:
         return LeaseCheck(state=None, same_attempt=False, ours=False)
     same_attempt = job.attempt == attempt
-    ours = same_attempt and job.lease_owner == worker
+    member = same_attempt and any(m.worker == worker for m in job_nodes.of_attempt(session, job_id, attempt))
+    ours = same_attempt and (job.lease_owner == worker or member)
     if ours and renew_for is not None:
         lifecycle.renew(session, job_id, worker, attempt, renew_for)
     return LeaseCheck(state=job.state, same_attempt=same_attempt, ours=ours)

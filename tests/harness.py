@@ -317,6 +317,20 @@ def kill_launchers_of(home: Path) -> None:
             pass
 
 
+def processes_of_job(job_id: str) -> list[int]:
+    """Every live launcher and rank of a job on this machine, whichever worker started them: a
+    launcher names the job's request file, a rank's stdout is the job's rank log."""
+    found = set(launchers_matching(job_id))
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if f"/{job_id}/" in os.readlink(entry / "fd" / "1"):
+                    found.add(int(entry.name))
+            except OSError:
+                continue
+    return sorted(pid for pid in found if pid_alive(pid))
+
+
 def find_launcher(job_id: str) -> int | None:
     found = launchers_matching(job_id)
     return found[0] if found else None

@@ -123,6 +123,11 @@ def _worker_commands(commands: _Commands) -> None:
     devices.add_argument("--gpus", help="comma-separated cuda device ids this worker owns, e.g. 0,1")
     devices.add_argument("--cpu-slots", type=int, help="number of cpu ranks this worker may run at once")
     worker.add_argument("--hostname", help="name shown for this worker [the host name]")
+    worker.add_argument(
+        "--address",
+        help="the address other hosts reach this worker's ranks at (multi-node jobs) "
+        "[this host's address on its route to Redis]",
+    )
 
     train = commands.add(
         "train", _train, "run a spec here, without the service, printing each epoch's metrics", extra="worker"
@@ -209,7 +214,7 @@ def _worker(args) -> None:
         if args.cpu_slots < 1:
             raise ValueError("--cpu-slots must be at least 1")
         pool = DevicePool("cpu", list(range(args.cpu_slots)))
-    run_worker(_settings(), pool, args.hostname)
+    run_worker(_settings(), pool, args.hostname, args.address)
 
 
 def _train(args) -> int:

@@ -22,22 +22,42 @@ from trainjobs.contract.workers import WorkerStatus
 class QueuedJob:
     id: str
     device: str  # "cuda" or "cpu"
-    needed: int  # devices it leases: `gpus` (DataParallel runs one rank but drives every GPU)
+    needed: int  # devices it leases on each node: gpus / nodes (DataParallel drives every GPU of one rank)
+    nodes: int = 1  # workers it spans
 
 
-def first_in_line(job: QueuedJob, older: Iterable[QueuedJob], slots: int) -> QueuedJob:
+def first_in_line(
+    job: QueuedJob, older: Iterable[QueuedJob], slots: int, workers: Sequence[WorkerStatus] = ()
+) -> QueuedJob:
     """The job a worker with `slots` devices runs for a message about `job`: the oldest of
-    `older` (queued before `job`, oldest first) that it could ever hold, else `job` itself."""
-    return next((candidate for candidate in older if candidate.needed <= slots), job)
+    `older` (queued before `job`, oldest first) that it could ever hold, else `job` itself. A
+    multi-node job counts only while enough live `workers` could hold its nodes: one that cannot
+    gather them blocks nothing."""
+
+    def could_run(candidate: QueuedJob) -> bool:
+        if candidate.needed > slots:
+            return False
+        return (
+            candidate.nodes == 1 or waiting_reason(candidate.device, candidate.needed, workers, candidate.nodes) is None
+        )
+
+    return next((candidate for candidate in older if could_run(candidate)), job)
 
 
-def waiting_reason(device: str, needed: int, workers: Sequence[WorkerStatus]) -> str | None:
-    """Why a job needing `needed` devices of `device` cannot run on the live `workers`; None
-    when one of them owns enough devices (it may be busy now: that is a wait, not a reason)."""
+def waiting_reason(device: str, needed: int, workers: Sequence[WorkerStatus], nodes: int = 1) -> str | None:
+    """Why a job needing `needed` devices of `device` on each of `nodes` workers cannot run on
+    the live `workers`; None when enough of them own enough devices (they may be busy now: that
+    is a wait, not a reason)."""
     same_kind = [worker for worker in workers if worker.device == device]
     if not same_kind:
         return f"no live {device} worker"
     largest = max(worker.slots for worker in same_kind)
     if largest < needed:
         return f"needs {needed} {device} devices; the largest live {device} worker has {largest}"
+    big_enough = sum(worker.slots >= needed for worker in same_kind)
+    if big_enough < nodes:
+        holders = (
+            f"{big_enough} live {device} worker has" if big_enough == 1 else f"{big_enough} live {device} workers have"
+        )
+        return f"needs {nodes} {device} workers with {needed} devices each; {holders} that many"
     return None

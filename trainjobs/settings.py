@@ -51,6 +51,9 @@ class Settings(BaseSettings):
         le=10_000_000,
         description="rank output lines the service keeps per job; past it, one notice and the rest stays on the worker",
     )
+    node_gather_seconds: float = Field(
+        60.0, gt=0.0, description="how long a worker holds a node of a multi-node job waiting for the others"
+    )
     heartbeat_seconds: float = Field(5.0, gt=0.0, description="how often a worker reports itself")
     worker_lost_seconds: float = Field(30.0, gt=0.0, description="a worker silent this long is shown as lost")
 

@@ -25,6 +25,7 @@ from trainjobs.settings import Settings
 from trainjobs.worker.devices import DevicePool
 from trainjobs.worker.heartbeat import Heartbeat
 from trainjobs.worker.job_runner import JobRunner
+from trainjobs.worker.network import address_towards
 from trainjobs.worker.reporter import EventReporter
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 RETRY_PAUSE_SECONDS = 0.5
 
 
-def create_worker_app(settings: Settings, pool: DevicePool, hostname: str, client: redis.Redis) -> Celery:
+def create_worker_app(settings: Settings, pool: DevicePool, hostname: str, client: redis.Redis, address: str) -> Celery:
     app = celery_app("trainjobs-worker", settings)
     queue = queue_for(settings.namespace, pool.kind)
 
@@ -47,6 +48,7 @@ def create_worker_app(settings: Settings, pool: DevicePool, hostname: str, clien
         send_again,
         live_workers=lambda: live_workers(client, settings.workers_key, settings.worker_lost_seconds),
         reporter=lambda job_id, attempt: EventReporter(client, settings.events_stream, job_id, attempt),
+        address=address,
     )
 
     @app.task(name=RUN_JOB_TASK, bind=True, max_retries=None)
@@ -70,10 +72,14 @@ def create_worker_app(settings: Settings, pool: DevicePool, hostname: str, clien
     return app
 
 
-def run_worker(settings: Settings, pool: DevicePool, hostname: str | None = None) -> None:
+def run_worker(settings: Settings, pool: DevicePool, hostname: str | None = None, address: str | None = None) -> None:
+    """`address`: where other hosts reach this worker's ranks [the address of this host's route
+    to Redis]."""
     hostname = hostname or socket.gethostname()
+    address = address or address_towards(settings.redis_url)
     client = redis_client(settings)
-    app = create_worker_app(settings, pool, hostname, client)
+    app = create_worker_app(settings, pool, hostname, client, address)
+    log.info("worker %s: %d %s slot(s); other hosts reach its ranks at %s", hostname, pool.size, pool.kind, address)
     Heartbeat(client, settings.workers_key, hostname, pool, settings.heartbeat_seconds).start()
     app.worker_main(
         [

@@ -24,6 +24,7 @@ from trainjobs.service.db import transaction
 from trainjobs.settings import Settings
 from trainjobs.worker import supervision
 from trainjobs.worker.devices import DevicePool, core_share
+from trainjobs.worker.network import interface_of
 from trainjobs.worker.reporter import EventReporter
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class JobRunner:
         send_again: Callable[[str], None],
         live_workers: Callable[[], list[WorkerStatus]],
         reporter: Callable[[str, int], EventReporter],
+        address: str = "127.0.0.1",
     ):
         self.settings = settings
         self.sessions = sessions
@@ -49,6 +51,8 @@ class JobRunner:
         self.send_again = send_again  # publishes a new run message for a job id
         self.live_workers = live_workers  # the fleet, as its heartbeats describe it
         self.reporter = reporter  # an event reporter for (job id, attempt)
+        self.address = address  # where other hosts reach this one's ranks (a multi-node job's node 0 serves there)
+        self.socket_ifname = interface_of(address)
 
     def run(self, job_id: str) -> str:
         """What happened: "ran", "dropped", or "busy" / "elsewhere" (hand the message back).
@@ -64,9 +68,12 @@ class JobRunner:
             else:
                 log.info("message for job %s dropped: it is %s", job_id, view.state)
             return "dropped"
-        if view.job.needed > self.pool.size:
-            return self._too_big_for_this_worker(view.job)
-        first = first_in_line(view.job, view.older, self.pool.size)
+        fleet = self.live_workers()
+        if view.job.needed > self.pool.size or (
+            view.job.nodes > 1 and waiting_reason(view.job.device, view.job.needed, fleet, view.job.nodes)
+        ):
+            return self._cannot_run_here(view.job, fleet)
+        first = first_in_line(view.job, view.older, self.pool.size, fleet)
         lease = self.pool.lease_devices(first.needed, first.id)
         if lease is None:
             return "busy"
@@ -74,27 +81,63 @@ class JobRunner:
             if first.id != job_id:
                 log.info("job %s goes before job %s (older); job %s gets a new message", first.id, job_id, job_id)
                 self.send_again(job_id)
-            with transaction(self.sessions) as session:
-                claimed = worker_gateway.claim(session, first.id, self.hostname, self.settings.lease_seconds)
-            if claimed is None:
-                log.info("job %s was claimed elsewhere; message dropped", first.id)
-                return "dropped"
+            claimed = self._claim(first)
+            if isinstance(claimed, str):
+                return claimed
             if claimed.missing_checkpoint is not None:
-                self._report(
-                    claimed.id,
-                    claimed.attempt,
-                    StateChange(state="failed", stop_reason="error", error=claimed.missing_checkpoint),
-                )
+                if claimed.node_rank == 0:
+                    failed = StateChange(state="failed", stop_reason="error", error=claimed.missing_checkpoint)
+                    self._report(claimed.id, claimed.attempt, failed)
                 return "ran"
             self._launch_and_watch(self._run_request(claimed, list(lease.ids)))
             return "ran"
         finally:
             self.pool.release(lease)
 
-    def _too_big_for_this_worker(self, job: QueuedJob) -> str:
-        reason = waiting_reason(job.device, job.needed, self.live_workers())
+    def _claim(self, job: QueuedJob) -> worker_gateway.ClaimedJob | str:
+        """The job, claimed for this worker (or this worker's node of it): or why not."""
+        if job.nodes > 1:
+            return self._gather(job)
+        with transaction(self.sessions) as session:
+            claimed = worker_gateway.claim(session, job.id, self.hostname, self.settings.lease_seconds)
+        if claimed is None:
+            log.info("job %s was claimed elsewhere; message dropped", job.id)
+            return "dropped"
+        return claimed
+
+    def _gather(self, job: QueuedJob) -> worker_gateway.ClaimedJob | str:
+        """Hold a node of a multi-node job, with this worker's devices leased, until every node
+        is held (the job then runs: each worker starts its node) or `node_gather_seconds` pass
+        (the node is given back and the message handed back)."""
+        lease_seconds = self.settings.lease_seconds
+        with transaction(self.sessions) as session:
+            held = worker_gateway.join(session, job.id, self.hostname, self.address, lease_seconds)
+        if held.node_rank is None:
+            return "dropped"
+        if held.started is not None:
+            return held.started
+        log.info("job %s: holding node %d of %d; waking another worker", job.id, held.node_rank, job.nodes)
+        self.send_again(job.id)
+        deadline = time.monotonic() + self.settings.node_gather_seconds
+        while time.monotonic() < deadline:
+            time.sleep(POLL_SECONDS / 2)
+            with transaction(self.sessions) as session:
+                held = worker_gateway.gathering(session, job.id, held.attempt, self.hostname, lease_seconds)
+            if held.started is not None:
+                return held.started
+            if held.node_rank is None:
+                return "dropped"
+        with transaction(self.sessions) as session:
+            worker_gateway.leave(session, job.id, held.attempt, self.hostname)
+        log.info(
+            "job %s: its nodes did not gather in %.0f s; node given back", job.id, self.settings.node_gather_seconds
+        )
+        return "busy"
+
+    def _cannot_run_here(self, job: QueuedJob, fleet: list[WorkerStatus]) -> str:
+        reason = waiting_reason(job.device, job.needed, fleet, job.nodes)
         if reason is None:
-            return "elsewhere"
+            return "elsewhere"  # too big for this worker, but another live one fits
         with transaction(self.sessions) as session:
             worker_gateway.explain_waiting(session, job.id, reason)
         log.warning("job %s: %s", job.id, reason)
@@ -116,6 +159,14 @@ class JobRunner:
             events_stream=self.settings.events_stream,
             resume_path=claimed.resume_path,
             init_path=claimed.init_path,
+            nodes=spec.nodes,
+            node_rank=claimed.node_rank,
+            hostname=self.hostname,
+            address=self.address,
+            rendezvous_key=(
+                f"{self.settings.namespace}:rendezvous:{claimed.id}:{claimed.attempt}" if spec.nodes > 1 else None
+            ),
+            socket_ifname=self.socket_ifname,
             process_group_timeout_seconds=self.settings.process_group_timeout_seconds,
             threads_per_rank=core_share(self.pool.size),
         )
@@ -142,7 +193,9 @@ class JobRunner:
                 return
             if lease.state == "cancelling":
                 supervision.end_process_group(launcher)
-                self._report(request.job_id, request.attempt, StateChange(state="cancelled", stop_reason="cancelled"))
+                if request.node_rank == 0:  # one report for the whole job
+                    cancelled = StateChange(state="cancelled", stop_reason="cancelled")
+                    self._report(request.job_id, request.attempt, cancelled)
                 log.info("job %s cancelled", request.job_id)
                 return
         if launcher.returncode != 0:

@@ -26,6 +26,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
+import redis
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
@@ -33,31 +34,77 @@ from trainjobs.contract.events import StateChange
 from trainjobs.contract.run import RankResult, RunRequest
 from trainjobs.worker.log_shipper import LogShipper
 from trainjobs.worker.rank import run_rank
-from trainjobs.worker.reporter import reporter_for
+from trainjobs.worker.reporter import EventReporter
 
 log = logging.getLogger("trainjobs.launcher")
 
 TRACEBACK_LINES = 12
 
 
-def rendezvous_store(world_size: int, timeout_seconds: float) -> dist.TCPStore:
+def rendezvous_store(world_size: int, timeout_seconds: float, host: str = "127.0.0.1") -> dist.TCPStore:
     """The ranks' rendezvous, served by the launcher as torchrun's agent serves it.
 
     The store binds a port the kernel picks and keeps it. Probing for a free port and handing
     its number to rank 0 to bind later would race with every other socket on the host (a
     client's outgoing connection can take that port in between) and fail the job."""
     return dist.TCPStore(
-        "127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_seconds)
+        host, 0, world_size, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_seconds)
     )
 
 
-def launch(request: RunRequest, parent_pid: int | None = None) -> StateChange | None:
-    """Run every rank of one attempt; return the final state, or None if the worker that
-    started us (`parent_pid`, when given) is gone."""
+class Rendezvous:
+    """Where this node's ranks meet the others: a TCPStore, as torch ships it. One node: served
+    here on loopback. Several: node 0's launcher serves it at its worker's address and publishes
+    "address:port" in Redis under the attempt's key; the other nodes' launchers read it there."""
+
+    def __init__(self, request: RunRequest, client: redis.Redis | None):
+        timeout = request.process_group_timeout_seconds
+        self.store: dist.TCPStore | None = None
+        if request.nodes == 1:
+            self.store = rendezvous_store(request.spec.world_size, timeout)
+            self.host, self.port = "127.0.0.1", self.store.port
+        elif request.node_rank == 0:
+            assert client is not None and request.rendezvous_key is not None
+            self.store = rendezvous_store(request.spec.world_size, timeout, host=request.address)
+            self.host, self.port = request.address, self.store.port
+            client.set(request.rendezvous_key, f"{self.host}:{self.port}", ex=RENDEZVOUS_KEY_SECONDS)
+        else:
+            assert client is not None and request.rendezvous_key is not None
+            self.host, self.port = _published(client, request.rendezvous_key, timeout)
+
+
+RENDEZVOUS_KEY_SECONDS = 24 * 3600
+
+
+def _published(client: redis.Redis, key: str, timeout_seconds: float) -> tuple[str, int]:
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        value = client.get(key)
+        if value:
+            host, _, port = (value.decode() if isinstance(value, bytes) else str(value)).rpartition(":")
+            return host, int(port)
+        time.sleep(0.2)
+    raise TimeoutError(f"node 0 did not publish its rendezvous within {timeout_seconds:.0f} s")
+
+
+def launch(request: RunRequest, parent_pid: int | None = None, client: redis.Redis | None = None) -> StateChange | None:
+    """Run this node's ranks of one attempt; return the final state to report, or None: the
+    worker that started us (`parent_pid`, when given) is gone, or this is a node other than 0
+    whose ranks all finished (node 0 reports the job's end)."""
     spec = request.spec
     deadline = time.monotonic() + spec.max_runtime_seconds if spec.max_runtime_seconds else None
-    store = rendezvous_store(spec.world_size, request.process_group_timeout_seconds)
-    context = mp.spawn(run_rank, args=(request, store.port), nprocs=spec.world_size, join=False)
+    if request.nodes > 1 and request.socket_ifname:
+        # gloo and NCCL connect across hosts on the interface of the worker's address.
+        os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = request.socket_ifname
+    try:
+        rendezvous = Rendezvous(request, client)
+    except TimeoutError as error:
+        return StateChange(
+            state="failed", stop_reason="error", error=f"node {request.node_rank} ({request.hostname}): {error}"
+        )
+    context = mp.spawn(
+        run_rank, args=(request, rendezvous.host, rendezvous.port), nprocs=request.ranks_here, join=False
+    )
     try:
         while True:
             try:
@@ -78,22 +125,38 @@ def launch(request: RunRequest, parent_pid: int | None = None) -> StateChange | 
                 )
     finally:
         _end_ranks(context)
+    if request.node_rank > 0:
+        return None
     return _success(request) or StateChange(
         state="failed", stop_reason="error", error="all ranks exited but rank 0 wrote no result"
     )
 
 
-def _failure_or_late_success(request: RunRequest, rank: int, exit_code: int) -> StateChange:
+# What a rank's traceback says when a peer on another host went away: its connections closed.
+PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|ECONNRESET", re.IGNORECASE)
+# A node that saw its peers go waits this long before saying so: if a peer's rank failed for a
+# reason of its own, that node's report ("failed", with the traceback) arrives first and stands.
+PEER_LOSS_GRACE_SECONDS = 5.0
+
+
+def _failure_or_late_success(request: RunRequest, local_rank: int, exit_code: int) -> StateChange:
     success = _success(request)
     if success is not None:
-        log.warning("rank %d exited with %s after the job finished; the job's result stands", rank, exit_code)
+        log.warning("rank %d exited with %s after the job finished; the job's result stands", local_rank, exit_code)
         return success
+    rank = request.global_rank(local_rank)
     how = f"exit code {exit_code}" if exit_code >= 0 else f"signal {signal.Signals(-exit_code).name}"
-    error = f"rank {rank} failed ({how})"
+    where = f" on {request.hostname}" if request.nodes > 1 else ""
+    error = f"rank {rank}{where} failed ({how})"
     error_file = request.run_path / f"rank{rank}.error"
+    tail = ""
     if error_file.exists():
-        tail = error_file.read_text().strip().splitlines()[-TRACEBACK_LINES:]
-        error += ":\n" + without_server_paths("\n".join(tail), request)
+        tail = without_server_paths("\n".join(error_file.read_text().strip().splitlines()[-TRACEBACK_LINES:]), request)
+        error += ":\n" + tail
+    if request.nodes > 1 and PEER_LOST.search(tail):
+        time.sleep(PEER_LOSS_GRACE_SECONDS)
+        # "queued": the service requeues the whole job (attempt + 1) and it resumes elsewhere.
+        return StateChange(state="queued", error=f"node {request.node_rank} lost its peers: {error}")
     return StateChange(state="failed", stop_reason="error", error=error)
 
 
@@ -132,14 +195,16 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s launcher %(levelname)s %(message)s")
     request = RunRequest.model_validate_json(Path(sys.argv[1]).read_text())
     parent_pid = int(sys.argv[2])
-    reporter = reporter_for(request)
+    assert request.redis_url is not None and request.events_stream is not None
+    client = redis.Redis.from_url(request.redis_url, socket_timeout=10, socket_connect_timeout=5)
+    reporter = EventReporter(client, request.events_stream, request.job_id, request.attempt)
     shipper = LogShipper(request.run_path, reporter.send).start()
     try:
-        outcome = launch(request, parent_pid)
+        outcome = launch(request, parent_pid, client)
     finally:
         shipper.stop()  # every line is sent before the final state
     if outcome is None:
-        sys.exit(3)
+        sys.exit(0 if os.getppid() == parent_pid else 3)
     reporter.send(outcome)
     log.info("job %s attempt %d: %s %s", request.job_id, request.attempt, outcome.state, outcome.stop_reason or "")
 

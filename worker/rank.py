@@ -18,12 +18,14 @@ import torch.distributed as dist
 from trainjobs.contract.run import RankResult, RunRequest
 
 
-def run_rank(rank: int, request: RunRequest, store_port: int) -> None:
+def run_rank(local_rank: int, request: RunRequest, store_host: str, store_port: int) -> None:
+    """One rank of this node: `local_rank` here, global rank `request.global_rank(local_rank)`."""
+    rank = request.global_rank(local_rank)
     if not request.is_local:
         _redirect_output(request, rank)
     exit_code = 0
     try:
-        stop_reason = train_rank(rank, request, store_port)
+        stop_reason = train_rank(rank, request, store_port, store_host, local_rank)
         if rank == 0:
             result = RankResult(stop_reason=stop_reason)
             (request.run_path / "result.json").write_text(result.model_dump_json())
@@ -39,7 +41,9 @@ def run_rank(rank: int, request: RunRequest, store_port: int) -> None:
         os._exit(exit_code)
 
 
-def train_rank(rank: int, request: RunRequest, store_port: int) -> str:
+def train_rank(
+    rank: int, request: RunRequest, store_port: int, store_host: str = "127.0.0.1", local_rank: int | None = None
+) -> str:
     """Set up this rank's process group, build the job's parts, train; return the stop reason."""
     # Imported here: the spawned interpreter pays for torch only once it is a rank.
     from pathlib import Path
@@ -61,10 +65,13 @@ def train_rank(rank: int, request: RunRequest, store_port: int) -> str:
         request.process_group_timeout_seconds,
         leased_gpus=request.devices,
         threads=request.threads_per_rank,
+        store_host=store_host,
+        local_rank=rank if local_rank is None else local_rank,
     )
     print(
         f"rank {rank} of {spec.world_size} on {context.device} ({torch.get_num_threads()} threads, "
-        f"torch {torch.__version__}), job {request.job_id} attempt {request.attempt}",
+        f"torch {torch.__version__}), job {request.job_id} attempt {request.attempt}"
+        + (f", node {request.node_rank} of {request.nodes} on {request.hostname}" if request.nodes > 1 else ""),
         flush=True,
     )
     report = reporter_for(request).send if context.is_main else None

@@ -59,6 +59,7 @@ def claim(session: Session, job_id: str, worker: str, lease_seconds: float) -> J
         .values(
             state="running",
             worker=worker,
+            workers=[worker],
             lease_owner=worker,
             lease_expires_at=now + timedelta(seconds=lease_seconds),
             started_at=now,
@@ -105,19 +106,24 @@ def _devices_needed():
     return JobRow.spec["gpus"].as_integer()
 
 
-def queued_demand(session: Session) -> list[tuple[str, int]]:
-    """The distinct (device type, devices needed) among queued jobs: a handful of pairs, however
+def _nodes():
+    # Specs stored before `nodes` existed span one node.
+    return func.coalesce(JobRow.spec["nodes"].as_integer(), 1)
+
+
+def queued_demand(session: Session) -> list[tuple[str, int, int]]:
+    """The distinct (device type, devices needed, nodes) among queued jobs: a handful, however
     long the queue."""
     return [
-        (device, needed)
-        for device, needed in session.execute(
-            select(JobRow.device, _devices_needed()).where(JobRow.state == "queued").distinct()
+        (device, needed, nodes)
+        for device, needed, nodes in session.execute(
+            select(JobRow.device, _devices_needed(), _nodes()).where(JobRow.state == "queued").distinct()
         )
     ]
 
 
 def queued_with_other_reason(
-    session: Session, device: str, needed: int, reason: str | None, limit: int
+    session: Session, device: str, needed: int, nodes: int, reason: str | None, limit: int
 ) -> list[JobRow]:
     """Queued jobs of one (device, needed) pair whose waiting reason is not `reason`, oldest
     first, locked (rows another transaction holds are left for the next pass)."""
@@ -128,6 +134,7 @@ def queued_with_other_reason(
                 JobRow.state == "queued",
                 JobRow.device == device,
                 _devices_needed() == needed,
+                _nodes() == nodes,
                 JobRow.waiting_reason.is_distinct_from(reason),
             )
             .order_by(JobRow.created_at)

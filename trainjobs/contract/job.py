@@ -29,6 +29,9 @@ class JobDocument(BaseModel):
     error: str | None
     waiting_reason: str | None
     worker: str | None
+    workers: list[str] = Field(
+        default_factory=list, description="the worker of each node, node 0 first ([] before it starts)"
+    )
     attempt: int
     created_at: datetime
     started_at: datetime | None

@@ -24,6 +24,15 @@ class RunRequest(BaseModel):
     resume_path: str | None = None  # relative to checkpoint_dir
     init_path: str | None = None  # relative to checkpoint_dir
     process_group_timeout_seconds: float = 120.0
+    # A job across hosts: this launcher runs node `node_rank` of `nodes`, ranks
+    # node_rank * ranks_per_node onwards. Node 0 serves the rendezvous store at `address` (its
+    # worker's --address) and publishes it in Redis under `rendezvous_key`; the others read it.
+    nodes: int = 1
+    node_rank: int = 0
+    hostname: str = "local"  # the worker running this node, named in errors
+    address: str = "127.0.0.1"
+    rendezvous_key: str | None = None
+    socket_ifname: str | None = None  # the interface of `address`, for gloo and NCCL
     # CPU threads each rank may use. A worker gives each of its slots an equal share of the
     # host's cores, so concurrent jobs never oversubscribe them; None (`trainjobs train`, which
     # has the host to itself): the cores over this job's ranks.
@@ -32,6 +41,13 @@ class RunRequest(BaseModel):
     @property
     def run_path(self) -> Path:
         return Path(self.run_dir)
+
+    @property
+    def ranks_here(self) -> int:
+        return self.spec.world_size // self.nodes
+
+    def global_rank(self, local_rank: int) -> int:
+        return self.node_rank * self.ranks_here + local_rank
 
     @property
     def is_local(self) -> bool:

@@ -116,6 +116,7 @@ class JobSpec(StrictModel):
     data: DataRef
     device: Literal["cuda", "cpu"] = "cuda"
     gpus: int = Field(1, ge=1, le=64)
+    nodes: int = Field(1, ge=1, le=64, description="hosts the job spans: gpus / nodes ranks on each of `nodes` workers")
     strategy: Literal["ddp", "dp"] = "ddp"
     precision: Literal["fp32", "fp16", "bf16"] = "fp32"
     accumulation_steps: int = Field(1, ge=1, le=1024)
@@ -158,6 +159,10 @@ class JobSpec(StrictModel):
             raise SpecError("precision", "fp16 needs device 'cuda'; on cpu use 'bf16' or 'fp32'")
         if self.strategy == "dp" and self.device != "cuda":
             raise SpecError("strategy", "'dp' (nn.DataParallel) runs on cuda only; use 'ddp' on cpu")
+        if self.gpus % self.nodes:
+            raise SpecError("nodes", f"gpus ({self.gpus}) must divide evenly over nodes ({self.nodes})")
+        if self.nodes > 1 and self.strategy == "dp":
+            raise SpecError("nodes", "'dp' (nn.DataParallel) runs in one process on one host; use 'ddp' across nodes")
         if self.resume_from and self.init_from:
             raise SpecError("init_from", "give either resume_from or init_from, not both")
 
@@ -167,6 +172,10 @@ class JobSpec(StrictModel):
     def world_size(self) -> int:
         """DDP ranks. DataParallel runs one process that drives all `gpus`."""
         return 1 if self.strategy == "dp" else self.gpus
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.world_size // self.nodes
 
     @property
     def global_batch_size(self) -> int:

@@ -31,17 +31,20 @@ def init_rank(
     timeout_seconds: float,
     leased_gpus: list[int] | None = None,
     threads: int | None = None,
+    store_host: str = "127.0.0.1",
+    local_rank: int | None = None,
 ) -> RankContext:
-    """`store_port`: the launcher's rendezvous store on this host.
+    """`store_host`, `store_port`: the rendezvous store (this host's launcher, or node 0's).
+    `local_rank`: this rank's place on its host [rank], which picks its GPU.
     `leased_gpus`: the GPUs a worker leased to the job (physical ids). With DDP each rank then
     sees only its own, set before CUDA initialises; DataParallel (one rank) sees them all.
     Without a lease (`trainjobs train`) rank i takes the i-th GPU the shell sees.
     `threads`: CPU threads for this rank [the host's cores over the world size]."""
     timeout = timedelta(seconds=timeout_seconds)
     torch.set_num_threads(threads or core_share(world_size))
-    store = dist.TCPStore("127.0.0.1", store_port, world_size, is_master=False, timeout=timeout)
+    store = dist.TCPStore(store_host, store_port, world_size, is_master=False, timeout=timeout)
     if device_kind == "cuda":
-        visible, index = gpu_visibility(rank, world_size, leased_gpus)
+        visible, index = gpu_visibility(rank if local_rank is None else local_rank, world_size, leased_gpus)
         if visible is not None:
             os.environ["CUDA_VISIBLE_DEVICES"] = visible
         torch.cuda.set_device(index)
