@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-ALL = ["overhead", "dispatch", "api", "ingest"]
+ALL = ["overhead", "dispatch", "api", "ingest", "fleet"]
 
 
 def main() -> None:
@@ -33,7 +33,13 @@ def main() -> None:
     results_file = ROOT / "bench" / "results.json"
     # A partial run (some benchmarks named) updates those and keeps the others' last figures.
     results: dict = json.loads(results_file.read_text()) if args.which and results_file.exists() else {}
-    results.update(machine=machine(), date=datetime.now(UTC).isoformat(timespec="seconds"))
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    # When and by which run each section was measured: a partial run leaves the others' as they were.
+    measured = results.setdefault("measured", {})
+    for name in ALL:
+        if name in results or (name == "overhead" and "scaling" in results):
+            measured.setdefault(name, f"{results.get('date')} (`python -m bench {' '.join(results.get('ran', []))}`)")
+    results.update(machine=machine(), date=now)
     for name in which:
         if name == "overhead":
             from bench import overhead
@@ -51,8 +57,13 @@ def main() -> None:
             from bench import ingestion
 
             results["ingest"] = ingestion.run()
+        elif name == "fleet":
+            from bench import fleet
+
+            results["fleet"] = fleet.run()
         results["minutes"] = round((time.monotonic() - started) / 60, 1)
         results["ran"] = which
+        measured[name] = f"{now} (`python -m bench {' '.join(which)}`)"
         results_file.write_text(json.dumps(results, indent=2) + "\n")
         (ROOT / "BENCHMARKS.md").write_text(render(results))
     print(f"wrote bench/results.json and BENCHMARKS.md in {results['minutes']} minutes")
@@ -80,9 +91,10 @@ def render(results: dict) -> str:
     lines = [
         "# Benchmarks",
         "",
-        f"Measured {results['date']} on {results['machine']}, by `python -m bench {' '.join(results['ran'])}` "
-        f"({results['minutes']} minutes). Figures, not pass/fail: on this shared 2-core machine the same "
-        "run differs by 10 to 15% from one try to the next.",
+        f"Measured on {results['machine']}. Figures, not pass/fail: on this shared 2-core machine the same "
+        "run differs by 10 to 15% from one try to the next. Each section's run:",
+        "",
+        *[f"- {name}: {when}" for name, when in results.get("measured", {}).items()],
         "",
     ]
     if "overhead" in results:
@@ -164,6 +176,28 @@ def render(results: dict) -> str:
             f"| {r['database']} | {r['events']} | {r['events_per_s']} | {r['lag_ms_p50']} ms | {r['lag_ms_max']} ms |"
             for r in results["ingest"]
         ]
+        lines.append("")
+    if "fleet" in results:
+        f = results["fleet"]
+        t = f["throughput"]
+        lines += [
+            "## 7. A fleet of hosts (`python -m bench fleet`)",
+            "",
+            "Wavenet on cpu, 2 ranks with one thread each, interleaved rounds: across 2 workers (2 nodes x 1 "
+            "rank, gloo over loopback between the workers' processes) against 1 worker (1 node x 2 ranks).",
+            "",
+            "| 2 nodes x 1 rank | 1 node x 2 ranks | ratio (median of rounds) | per round |",
+            "|---|---|---|---|",
+            f"| {t['two_nodes_samples_per_s']} samples/s | {t['one_node_samples_per_s']} samples/s | "
+            f"**{t['ratio']}** | {', '.join(map(str, t['round_ratios']))} |",
+            "",
+            "A 100 MB checkpoint (one tensor), median of 3, written as rank 0 writes it (spooled, fsynced, "
+            "hashed, put whole) and read as a resume reads it:",
+            "",
+            "| store | write | read |",
+            "|---|---|---|",
+        ]
+        lines += [f"| {r['store']} | {r['write_s']} s | {r['read_s']} s |" for r in f["checkpoint_io"]]
         lines.append("")
     lines += [
         "## 6. GPU",

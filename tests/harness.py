@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import random
 import re
 import secrets
 import shutil
@@ -138,19 +139,61 @@ class MotoS3:
             return False
 
 
+class NetworkHosts:
+    """Hosts of their own on one machine: network namespaces joined by veth pairs to a bridge in
+    this namespace, on a private /24 chosen here. Traffic stays between them and this namespace.
+    Needs root (`ip netns`); removed again by `remove`."""
+
+    def __init__(self, count: int):
+        self.tag = secrets.token_hex(2)
+        self.subnet = f"10.{random.randint(64, 127)}.{random.randint(1, 254)}"
+        self.bridge = f"tjbr{self.tag}"
+        self.names = [f"tjns{self.tag}{index}" for index in range(count)]
+        self.gateway = f"{self.subnet}.1"
+        self.addresses = [f"{self.subnet}.{index + 2}" for index in range(count)]
+
+    def create(self) -> NetworkHosts:
+        self._ip("link", "add", self.bridge, "type", "bridge")
+        self._ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        self._ip("link", "set", self.bridge, "up")
+        for index, (name, address) in enumerate(zip(self.names, self.addresses, strict=True)):
+            outside = f"tjv{self.tag}{index}"
+            self._ip("netns", "add", name)
+            self._ip("link", "add", outside, "type", "veth", "peer", "name", "eth0", "netns", name)
+            self._ip("link", "set", outside, "master", self.bridge)
+            self._ip("link", "set", outside, "up")
+            self._ip("-n", name, "addr", "add", f"{address}/24", "dev", "eth0")
+            self._ip("-n", name, "link", "set", "eth0", "up")
+            self._ip("-n", name, "link", "set", "lo", "up")
+        return self
+
+    def prefix(self, index: int) -> list[str]:
+        return ["ip", "netns", "exec", self.names[index]]
+
+    def remove(self) -> None:
+        for name in self.names:
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+        subprocess.run(["ip", "link", "delete", self.bridge], capture_output=True)
+
+    @staticmethod
+    def _ip(*args: str) -> None:
+        subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
+
+
 class PrivateRedis:
     """A redis-server of the test's own, on a free port, that the test may stop and restart."""
 
-    def __init__(self, directory: Path, password: str | None = None):
+    def __init__(self, directory: Path, password: str | None = None, host: str = "127.0.0.1"):
         self.directory = directory
         self.port = free_port()
         self.password = password  # AUTH required when set (requirepass)
+        self.host = host  # bound beside 127.0.0.1 (a bridge's address, for hosts in network namespaces)
         self.process: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
         credentials = f":{self.password}@" if self.password else ""
-        return f"redis://{credentials}127.0.0.1:{self.port}/0"
+        return f"redis://{credentials}{self.host}:{self.port}/0"
 
     def start(self) -> None:
         binary = shutil.which("redis-server")
@@ -162,7 +205,7 @@ class PrivateRedis:
                 "--port",
                 str(self.port),
                 "--bind",
-                "127.0.0.1",
+                *sorted({"127.0.0.1", self.host}),
                 "--save",
                 "",
                 "--appendonly",
@@ -170,6 +213,8 @@ class PrivateRedis:
                 "--dir",
                 str(self.directory),
                 *(["--requirepass", self.password] if self.password else []),
+                # Clients on the bridge come from non-loopback addresses: the test's own hosts.
+                *(["--protected-mode", "no"] if self.host != "127.0.0.1" else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -229,11 +274,14 @@ class Stack:
         self.api = self._spawn("api", ["api", "--port", str(self.port)])
         wait_until(self._ready, 30, what="the API's /readyz")
 
-    def start_worker(self, name: str = "worker", slots: int | None = None, **env: str) -> subprocess.Popen:
-        """`env`: this worker's own settings (another TRAINJOBS_HOME: a host that shares no disk)."""
+    def start_worker(
+        self, name: str = "worker", slots: int | None = None, prefix: list[str] | None = None, **env: str
+    ) -> subprocess.Popen:
+        """`env`: this worker's own settings (another TRAINJOBS_HOME: a host that shares no disk).
+        `prefix`: what runs the worker (`ip netns exec NS`: a host of its own on the network)."""
         hostname = f"{name}-{self.namespace}"
         args = ["worker", "--cpu-slots", str(slots or self.cpu_slots), "--hostname", hostname]
-        process = self._spawn(name, args, env)
+        process = self._spawn(name, args, env, prefix)
         self.workers[hostname] = process
         return process
 
@@ -274,10 +322,12 @@ class Stack:
     def log_text(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text()
 
-    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+    def _spawn(
+        self, name: str, args: list[str], env: dict[str, str] | None = None, prefix: list[str] | None = None
+    ) -> subprocess.Popen:
         with open(self.logs / f"{name}.log", "ab") as log:  # the child keeps its own copy of the fd
             return subprocess.Popen(
-                [sys.executable, "-m", "trainjobs.cli", *args],
+                [*(prefix or []), sys.executable, "-m", "trainjobs.cli", *args],
                 env={**self.env, **(env or {})},
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -79,7 +79,7 @@ def run_worker(settings: Settings, pool: DevicePool, hostname: str | None = None
     address = address or address_towards(settings.redis_url)
     client = redis_client(settings)
     app = create_worker_app(settings, pool, hostname, client, address)
-    log.info("worker %s: %d %s slot(s); other hosts reach its ranks at %s", hostname, pool.size, pool.kind, address)
+    print(f"worker {hostname}: {pool.size} {pool.kind} slot(s); other hosts reach its ranks at {address}", flush=True)
     Heartbeat(client, settings.workers_key, hostname, pool, settings.heartbeat_seconds).start()
     app.worker_main(
         [

@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import subprocess
 import time
 
 import pytest
 
-from tests.harness import HALF_SECOND_EPOCHS, processes_of_job, tiny_wavenet_spec, wait_for_terminal, wait_until
+from tests.harness import (
+    HALF_SECOND_EPOCHS,
+    NetworkHosts,
+    PrivateRedis,
+    processes_of_job,
+    tiny_wavenet_spec,
+    wait_for_terminal,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -108,3 +117,54 @@ def test_a_lost_node_s_worker_requeues_the_job_which_resumes_on_the_workers_left
     assert lost not in resumed["workers"]
     assert [row["epoch"] for row in client.get(f"/v1/jobs/{job_id}/metrics").json()["items"]] == list(range(1, 7))
     wait_until(lambda: not processes_of_job(job_id), 20, what="no process of the job left")
+
+
+@pytest.fixture
+def network_hosts():
+    hosts = NetworkHosts(2)
+    try:
+        hosts.create()
+    except (OSError, subprocess.CalledProcessError) as error:
+        hosts.remove()
+        detail = getattr(error, "stderr", "") or error
+        pytest.skip(f"this machine refuses network namespaces (ip netns needs root): {detail}")
+    yield hosts
+    hosts.remove()
+
+
+def test_a_two_node_job_runs_between_two_hosts_on_their_own_addresses(stack_on, sqlite_url, network_hosts, tmp_path):
+    """Each worker in a network namespace of its own, reaching Redis over a bridge: the
+    rendezvous works at the workers' own addresses, never 127.0.0.1."""
+    (tmp_path / "redis").mkdir()
+    broker = PrivateRedis(tmp_path / "redis", host=network_hosts.gateway)
+    broker.start()
+    try:
+        shared = {**FAST, "TRAINJOBS_CHECKPOINT_DIR": str(tmp_path / "store")}  # a mounted shared filesystem
+        stack = stack_on(sqlite_url, redis_url=broker.url, with_worker=False, **shared)
+        for index in (0, 1):
+            stack.start_worker(
+                f"ns{index}", slots=1, prefix=network_hosts.prefix(index), TRAINJOBS_HOME=str(tmp_path / f"host{index}")
+            )
+        client = stack.client(stack.token())
+        job_id = client.post("/v1/jobs", json=tiny_wavenet_spec(gpus=2, nodes=2, epochs=2)).json()["id"]
+        done = wait_for_terminal(client, job_id, timeout=180)
+        assert (done["state"], done["epoch"]) == ("succeeded", 2), done
+        workers = client.get("/v1/workers").json()["items"]
+        assert len(workers) == 2
+        logs = stack.log_text("ns0") + stack.log_text("ns1")
+        assert all(f"other hosts reach its ranks at {address}" in logs for address in network_hosts.addresses)
+    finally:
+        broker.stop()
+
+
+def test_a_rank_failing_on_a_node_fails_the_job_naming_the_rank_and_host_and_ends_every_node(fleet):
+    stack, add = fleet
+    add("node-a"), add("node-b")
+    client = stack.client(stack.token())
+    spec = tiny_wavenet_spec(gpus=2, nodes=2, optimizer={"name": "sgd", "lr": 1e30, "momentum": 0.0})
+    job_id = client.post("/v1/jobs", json=spec).json()["id"]
+    ended = wait_for_terminal(client, job_id, timeout=120)
+    assert (ended["state"], ended["attempt"]) == ("failed", 1), ended
+    assert ended["error"].startswith("rank ") and " on node-" in ended["error"].splitlines()[0]
+    assert "FloatingPointError: loss is not finite at epoch 1" in ended["error"]
+    wait_until(lambda: not processes_of_job(job_id), 20, what="every process of the job to end")
