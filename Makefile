@@ -14,7 +14,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet "$(TORCH_SPEC)"
-	$(VENV)/bin/pip install --quiet -e ".[all,test]"
+	$(VENV)/bin/pip install --quiet -e ".[server,worker,s3,test]"
 	touch $@
 
 install-vision: $(VENV)/.vision-installed

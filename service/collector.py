@@ -24,6 +24,7 @@ from trainjobs.contract.events import (
     EpochMetrics,
     JobEvent,
     LogLines,
+    Progress,
     StateChange,
 )
 from trainjobs.service import lifecycle
@@ -163,6 +164,8 @@ def apply_event(
             lifecycle.record_checkpoint(session, job, payload)
         case CheckpointRemoved():
             lifecycle.remove_checkpoint(session, job, payload.id)
+        case Progress():
+            lifecycle.record_progress(session, job, event.attempt, payload)
         case LogLines():
             job_logs.append(session, job.id, event.attempt, payload, log_lines_cap)
         case StateChange(state="queued"):

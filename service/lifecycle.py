@@ -25,7 +25,7 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session
 
-from trainjobs.contract.events import TERMINAL_STATES, CheckpointRecord, EpochMetrics, StateChange
+from trainjobs.contract.events import TERMINAL_STATES, CheckpointRecord, EpochMetrics, Progress, StateChange
 from trainjobs.contract.spec import JobSpec
 from trainjobs.service import timeline
 from trainjobs.service.errors import Conflict
@@ -217,6 +217,7 @@ def finish(session: Session, job: JobRow, attempt: int, outcome: StateChange) ->
         lease_owner=None,
         lease_expires_at=None,
         waiting_reason=None,
+        progress=None,
     )
     _state_changed(session, job)
 
@@ -244,6 +245,7 @@ def requeue(session: Session, job: JobRow, reason: str) -> None:
         lease_owner=None,
         lease_expires_at=None,
         waiting_reason=reason,
+        progress=None,
     )
     dispatch_intents.add(session, job.id, job.device)
     _state_changed(session, job)
@@ -279,6 +281,15 @@ def record_epoch(session: Session, job: JobRow, attempt: int, metrics: EpochMetr
     if metrics.epoch > job.epoch:
         _set(job, epoch=metrics.epoch, metrics=data)
     return True
+
+
+def record_progress(session: Session, job: JobRow, attempt: int, progress: Progress) -> None:
+    """Rank 0's progress inside the epoch; kept while the attempt that sent it runs."""
+    if attempt != job.attempt or job.state not in ACTIVE_STATES:
+        return
+    data = progress.model_dump(mode="json")
+    _set(job, progress=data)
+    timeline.progress_recorded(session, job, data)
 
 
 def record_checkpoint(session: Session, job: JobRow, record: CheckpointRecord) -> None:

@@ -70,6 +70,7 @@ class JobRow(Base):
     waiting_reason: Mapped[str | None] = mapped_column(Text)
     worker: Mapped[str | None] = mapped_column(String(256))
     workers: Mapped[list[str] | None] = mapped_column(JSON)  # each node's worker, node 0 first
+    progress: Mapped[dict[str, Any] | None]  # inside the running epoch; null when not running
     attempt: Mapped[int] = mapped_column(Integer, default=1)
     event_seq: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # last job_events.seq
     idempotency_key: Mapped[str | None] = mapped_column(String(256))

@@ -38,6 +38,7 @@ def document(job: JobRow) -> JobDocument:
         waiting_reason=job.waiting_reason,
         worker=job.worker,
         workers=job.workers or [],
+        progress=job.progress,
         attempt=job.attempt,
         created_at=job.created_at,
         started_at=job.started_at,
@@ -52,6 +53,10 @@ def state_changed(session: Session, job: JobRow) -> None:
 
 def metrics_recorded(session: Session, job: JobRow, metrics: dict[str, Any]) -> None:
     job_events.append(session, job, "metrics", metrics)
+
+
+def progress_recorded(session: Session, job: JobRow, progress: dict[str, Any]) -> None:
+    job_events.append(session, job, "progress", progress)
 
 
 def checkpoint_recorded(session: Session, job: JobRow, checkpoint: dict[str, Any]) -> None:

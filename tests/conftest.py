@@ -77,3 +77,32 @@ def s3_server():
     server = MotoS3().start()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def plugin_installed():
+    """tests/plugin_package, installed into this environment: a model and datasets that come
+    through entry points."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parent / "plugin_package"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            str(package),
+        ],
+        check=True,
+    )
+    from trainjobs.contract import catalog
+
+    catalog.models.cache_clear()
+    catalog.datasets.cache_clear()

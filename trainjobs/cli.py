@@ -406,6 +406,8 @@ def _follow(client: TrainJobsClient, job_id: str) -> int:
             job = event.data
         elif event.kind == "metrics":
             job = {**job, "epoch": max(job["epoch"], event.data["epoch"]), "metrics": event.data}
+        elif event.kind == "progress":
+            job = {**job, "progress": event.data}
         progress.show(job)
     progress.close()
     if job["error"]:
@@ -451,6 +453,11 @@ class Progress:
             )
             if job["state"] == "running" and done < total:
                 text += f" | ETA {_duration(metrics['epoch_seconds'] * (total - done))}"
+        progress = job.get("progress")
+        if progress and job["state"] == "running" and progress["step"] < progress["steps"]:
+            text += f" | epoch {progress['epoch']} step {progress['step']}/{progress['steps']}"
+            if progress.get("eta_seconds") is not None:
+                text += f" ETA {_duration(progress['eta_seconds'])}"
         if job.get("waiting_reason") and job["state"] == "queued":
             text += f" | waiting: {job['waiting_reason']}"
         if job["stop_reason"]:

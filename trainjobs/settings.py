@@ -51,6 +51,9 @@ class Settings(BaseSettings):
         le=10_000_000,
         description="rank output lines the service keeps per job; past it, one notice and the rest stays on the worker",
     )
+    progress_seconds: float = Field(
+        10.0, gt=0.0, le=3600.0, description="how often rank 0 reports progress inside an epoch"
+    )
     node_gather_seconds: float = Field(
         60.0, gt=0.0, description="how long a worker holds a node of a multi-node job waiting for the others"
     )

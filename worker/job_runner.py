@@ -169,6 +169,7 @@ class JobRunner:
             socket_ifname=self.socket_ifname,
             process_group_timeout_seconds=self.settings.process_group_timeout_seconds,
             threads_per_rank=core_share(self.pool.size),
+            progress_interval_seconds=self.settings.progress_seconds,
         )
 
     def _launch_and_watch(self, request: RunRequest) -> None:

@@ -54,6 +54,7 @@ def train_rank(
     from trainjobs.worker.trainer.builder import build_parts
     from trainjobs.worker.trainer.checkpoints import Checkpointer, storage_at
     from trainjobs.worker.trainer.distributed import init_rank
+    from trainjobs.worker.trainer.telemetry import EpochTelemetry
     from trainjobs.worker.trainer.trainer import Trainer
 
     spec = request.spec
@@ -76,7 +77,11 @@ def train_rank(
     )
     report = reporter_for(request).send if context.is_main else None
     checkpointer = Checkpointer(storage_at(request.checkpoint_dir), request.job_id, spec.checkpoint.keep_last, report)
-    trainer = Trainer(spec, build_parts(spec, context, Path(request.data_root)), context, checkpointer, report)
+    parts = build_parts(spec, context, Path(request.data_root))
+    telemetry = EpochTelemetry(
+        context.device, spec.world_size, spec.epochs, parts.steps_per_epoch, report, request.progress_interval_seconds
+    )
+    trainer = Trainer(spec, parts, context, checkpointer, report, telemetry)
     if request.resume_path:
         trainer.load_state_dict(checkpointer.load(request.resume_path))
         print(f"resumed from {request.resume_path} after epoch {trainer.epoch}", flush=True)

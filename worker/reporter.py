@@ -15,7 +15,7 @@ from typing import Any
 import redis
 from pydantic import BaseModel
 
-from trainjobs.contract.events import CheckpointRecord, CheckpointRemoved, EpochMetrics, JobEvent, StateChange
+from trainjobs.contract.events import CheckpointRecord, CheckpointRemoved, EpochMetrics, JobEvent, Progress, StateChange
 from trainjobs.contract.run import RunRequest
 
 log = logging.getLogger(__name__)
@@ -66,6 +66,12 @@ class ConsoleReporter:
                 line = f"checkpoint {payload.path}{' (best)' if payload.is_best else ''}"
             case CheckpointRemoved():
                 line = f"checkpoint {payload.id} rotated out"
+            case Progress():
+                eta = f", ETA {payload.eta_seconds:.0f}s" if payload.eta_seconds is not None else ""
+                line = (
+                    f"epoch {payload.epoch}: step {payload.step}/{payload.steps}, "
+                    f"{payload.samples_per_second:.1f} samples/s{eta}"
+                )
             case StateChange():
                 line = f"{payload.state} ({payload.stop_reason})" + (f": {payload.error}" if payload.error else "")
             case _:

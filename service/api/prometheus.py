@@ -34,6 +34,16 @@ class ApiMetrics:
             "stream entries the collector set aside (malformed, or failing to apply); see <namespace>:events:dead",
             registry=self.registry,
         )
+        # One series per running job, dropped when it ends (each scrape sets only the running ones).
+        self.per_job = {
+            name: Gauge(f"trainjobs_job_{name}", help_, ["job"], registry=self.registry)
+            for name, help_ in (
+                ("samples_per_second", "a running job's samples/s (its latest progress, else its last epoch)"),
+                ("data_wait_fraction", "a running job's share of training time waiting for data, last epoch"),
+                ("peak_memory_bytes", "a running job's peak memory over ranks, last epoch"),
+                ("gpu_utilization", "a running job's mean GPU utilisation, last epoch (absent on cpu)"),
+            )
+        }
         self.latency = Histogram(
             "trainjobs_api_request_seconds",
             "API request latency",
@@ -46,6 +56,16 @@ class ApiMetrics:
         with state.read_sessions() as session:
             counts = jobs.count_by_state(session)
             epochs = session.scalar(select(func.count()).select_from(EpochMetricsRow))
+            running = jobs.running_figures(session)
+        for gauge in self.per_job.values():
+            gauge.clear()
+        for job_id, metrics, progress in running:
+            figures = {**(metrics or {})}
+            if progress:
+                figures["samples_per_second"] = progress.get("samples_per_second")
+            for name, gauge in self.per_job.items():
+                if isinstance(figures.get(name), int | float):
+                    gauge.labels(job_id).set(figures[name])
         for job_state in ("queued", "running", "cancelling", "succeeded", "failed", "cancelled"):
             self.jobs.labels(job_state).set(counts.get(job_state, 0))
         self.epochs.set(epochs or 0)

@@ -164,3 +164,15 @@ def count_by_state(session: Session) -> dict[str, int]:
 def owned_by(session: Session, owner: str, job_ids: set[str]) -> set[str]:
     """Which of `job_ids` belong to `owner`."""
     return set(session.scalars(select(JobRow.id).where(JobRow.owner == owner, JobRow.id.in_(job_ids))))
+
+
+def running_figures(
+    session: Session, limit: int = 1000
+) -> list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]]:
+    """(id, last epoch's metrics, progress) of running jobs (the state index finds them)."""
+    rows = session.execute(
+        select(JobRow.id, JobRow.metrics, JobRow.progress)
+        .where(JobRow.state.in_(("running", "cancelling")))
+        .limit(limit)
+    )
+    return [(job_id, metrics, progress) for job_id, metrics, progress in rows]

@@ -1,34 +1,10 @@
 """A model and a dataset from an installed plugin package (entry points) train through the service."""
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 from tests.harness import wait_for_terminal
 
 pytestmark = pytest.mark.e2e
-
-PLUGIN = Path(__file__).resolve().parents[1] / "plugin_package"
-
-
-@pytest.fixture(scope="module")
-def plugin_installed():
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--no-build-isolation",
-            "--no-index",
-            str(PLUGIN),
-        ],
-        check=True,
-    )
 
 
 def test_a_plugin_model_and_dataset_are_listed_and_train(plugin_installed, stack_on, sqlite_url):

@@ -51,6 +51,14 @@ class EpochMetrics(BaseModel):
     lr: float
     epoch_seconds: float = Field(ge=0.0)
     samples_per_second: float = Field(ge=0.0)
+    # Absent from epochs reported before these existed.
+    data_wait_fraction: float | None = Field(
+        None, ge=0.0, le=1.0, description="share of rank 0's training time waiting for data"
+    )
+    peak_memory_bytes: int | None = Field(None, ge=0, description="the most memory any rank held in the epoch")
+    gpu_utilization: float | None = Field(
+        None, ge=0.0, le=1.0, description="mean over ranks and the epoch; null on cpu"
+    )
 
     @model_validator(mode="after")
     def _flat_extras(self) -> EpochMetrics:
@@ -64,6 +72,19 @@ class EpochMetrics(BaseModel):
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"extra metric {key!r} is not a finite number")
         return self
+
+
+class Progress(BaseModel):
+    """Inside the running epoch, from rank 0: at least every interval and at every epoch's end."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    epoch: int = Field(ge=1, le=MAX_EPOCH)
+    step: int = Field(ge=0, le=10**9)  # optimizer steps done in this epoch
+    steps: int = Field(ge=0, le=10**9)  # optimizer steps per epoch
+    samples_per_second: float = Field(ge=0.0)  # over the last interval
+    eta_seconds: float | None = Field(None, ge=0.0)  # for the whole job
+    at: datetime
 
 
 class CheckpointRecord(BaseModel):
@@ -107,13 +128,14 @@ class LogLines(BaseModel):
     )
 
 
-EventKind = Literal["state", "metrics", "checkpoint", "checkpoint_removed", "logs"]
+EventKind = Literal["state", "metrics", "checkpoint", "checkpoint_removed", "logs", "progress"]
 _PAYLOADS: dict[str, type[BaseModel]] = {
     "state": StateChange,
     "metrics": EpochMetrics,
     "checkpoint": CheckpointRecord,
     "checkpoint_removed": CheckpointRemoved,
     "logs": LogLines,
+    "progress": Progress,
 }
 
 

@@ -33,6 +33,9 @@ class JobDocument(BaseModel):
         default_factory=list, description="the worker of each node, node 0 first ([] before it starts)"
     )
     attempt: int
+    progress: dict[str, Any] | None = Field(
+        None, description="inside the running epoch: steps done and per epoch, samples/s, ETA; null when not running"
+    )
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

@@ -37,6 +37,7 @@ class RunRequest(BaseModel):
     # host's cores, so concurrent jobs never oversubscribe them; None (`trainjobs train`, which
     # has the host to itself): the cores over this job's ranks.
     threads_per_rank: int | None = None
+    progress_interval_seconds: float = 10.0  # rank 0 reports progress inside an epoch this often
 
     @property
     def run_path(self) -> Path:

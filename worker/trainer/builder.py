@@ -50,6 +50,9 @@ def build_parts(spec: JobSpec, rank: RankContext, data_root: Path) -> TrainingPa
     train_loader = DataLoader(train_set, batch_size=batch_size, sampler=train_sampler, **loader_options)
     val_loader = DataLoader(val_shard, batch_size=batch_size, **loader_options)
 
+    # cudnn autotuning (seed 003) for convolutional models on cuda, whose inputs have a fixed size:
+    # it picks the fastest kernels, which may differ from run to run (see docs/design.md on resume).
+    torch.backends.cudnn.benchmark = device.type == "cuda" and uses_channels_last(spec.model.name)
     memory_format = (
         torch.channels_last
         if device.type == "cuda" and uses_channels_last(spec.model.name)

@@ -70,6 +70,12 @@ def gpu_visibility(rank: int, world_size: int, leased_gpus: list[int] | None) ->
     return ",".join(map(str, visible)), 0
 
 
+def all_reduce_max(values: list[float], device: torch.device) -> list[float]:
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return tensor.tolist()
+
+
 def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
     tensor = torch.tensor(values, dtype=torch.float64, device=device)
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM)

@@ -24,6 +24,7 @@ from trainjobs.contract.spec import JobSpec
 from trainjobs.worker.trainer.builder import TrainingParts
 from trainjobs.worker.trainer.checkpoints import Checkpointer
 from trainjobs.worker.trainer.distributed import RankContext, all_reduce_sum
+from trainjobs.worker.trainer.telemetry import EpochTelemetry
 
 AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -36,6 +37,7 @@ class Trainer:
         rank: RankContext,
         checkpointer: Checkpointer,
         report: Callable[[BaseModel], None] | None = None,
+        telemetry: EpochTelemetry | None = None,
     ):
         self.spec = spec
         self.rank = rank
@@ -51,6 +53,10 @@ class Trainer:
         self.optimizer, self.scheduler, self.scaler = parts.optimizer, parts.scheduler, parts.scaler
         self.memory_format = parts.memory_format
         self.steps_per_epoch = parts.steps_per_epoch
+        # Data wait, peak memory, GPU use and in-epoch progress (reported by rank 0).
+        self.telemetry = telemetry or EpochTelemetry(
+            rank.device, rank.world_size, spec.epochs, self.steps_per_epoch, None
+        )
 
         self.epoch = 0  # last finished epoch
         self.best_val_loss = math.inf
@@ -81,6 +87,7 @@ class Trainer:
     def run_epoch(self, epoch: int) -> EpochMetrics:
         start = time.perf_counter()
         train_loss, samples = self.train_epoch(epoch)
+        figures = self.telemetry.finish_epoch()
         seconds = time.perf_counter() - start
         val_loss, val_accuracy = self.evaluate()
         lr = self.optimizer.param_groups[0]["lr"]
@@ -97,6 +104,7 @@ class Trainer:
             lr=lr,
             epoch_seconds=seconds,
             samples_per_second=samples / seconds if seconds > 0 else 0.0,
+            **figures,
         )
 
     def train_epoch(self, epoch: int) -> tuple[float, int]:
@@ -104,11 +112,12 @@ class Trainer:
         spec, device = self.spec, self.rank.device
         self.model.train()
         self.train_sampler.set_epoch(epoch)  # a different shuffle each epoch, the same on every rank
+        self.telemetry.start_epoch(epoch)
         n_batches = len(self.train_loader)
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         first_bad_step = torch.full((), -1, dtype=torch.long, device=device)
         samples = 0
-        for step, (inputs, targets) in enumerate(self.train_loader):
+        for step, (inputs, targets) in enumerate(self.telemetry.batches(self.train_loader)):
             inputs = inputs.to(device, non_blocking=True, memory_format=self._input_format(inputs))
             targets = targets.to(device, non_blocking=True)
             # Micro-batches form groups of accumulation_steps; a trailing group may be shorter.
@@ -134,6 +143,7 @@ class Trainer:
                 self.scaler.update()
                 self.optimizer.zero_grad(set_to_none=True)
                 self.scheduler.step()
+                self.telemetry.optimizer_step(samples)
         bad_step = int(first_bad_step.item())
         if bad_step >= 0 and spec.precision != "fp16":
             raise FloatingPointError(f"loss is not finite at epoch {epoch}, step {bad_step + 1} of {n_batches}")

@@ -14,6 +14,10 @@ class BlobsParams(DatasetParams):
         return DataInfo(kind="classification", num_classes=self.classes, input_shape=(self.dims,))
 
 
+class SleepyBlobsParams(BlobsParams):
+    sleep_seconds: float = Field(0.001, ge=0.0, le=1.0, description="each sample takes this long to load")
+
+
 class LogisticParams(ModelParams):
     in_features: int | None = None
     num_classes: int | None = None
@@ -26,3 +30,4 @@ class LogisticParams(ModelParams):
 
 LOGISTIC = ModelEntry(LogisticParams, "trainjobs_example_plugin.build:logistic", "a linear classifier")
 BLOBS = DatasetEntry(BlobsParams, "trainjobs_example_plugin.build:blobs", "Gaussian blobs, one per class")
+SLEEPY_BLOBS = DatasetEntry(SleepyBlobsParams, "trainjobs_example_plugin.build:sleepy_blobs", "blobs that load slowly")

@@ -1,0 +1,41 @@
+"""What each epoch reports besides its loss, on the real trainer: data-loading wait, memory."""
+
+from __future__ import annotations
+
+from tests.worker.local_training import run_locally
+
+
+def sleepy_spec(num_workers: int) -> dict:
+    return {
+        "model": {"name": "mlp", "params": {"hidden": [2048, 2048]}},
+        "data": {
+            "name": "sleepy-blobs",
+            "params": {"num_samples": 300, "sleep_seconds": 0.002, "num_workers": num_workers},
+        },
+        "device": "cpu",
+        "gpus": 1,
+        "epochs": 2,
+        "batch_size": 20,
+        "optimizer": {"name": "sgd", "lr": 0.01},
+        "lr_scaling": "none",
+    }
+
+
+def test_a_slow_loader_shows_a_high_data_wait_and_loader_workers_bring_it_down(plugin_installed, tmp_path):
+    alone = run_locally(tmp_path, "alone", sleepy_spec(num_workers=0))
+    helped = run_locally(tmp_path, "helped", sleepy_spec(num_workers=2))
+    assert alone.outcome.state == helped.outcome.state == "succeeded"
+    waited_alone = max(row["data_wait_fraction"] for row in alone.metrics)
+    waited_helped = [row["data_wait_fraction"] for row in helped.metrics][-1]  # its workers warmed up
+    assert waited_alone > 0.4, alone.metrics
+    assert waited_helped < 0.6 * waited_alone, (waited_alone, waited_helped)
+
+
+def test_every_epoch_reports_its_data_wait_memory_and_gpu_use_within_their_ranges(tmp_path):
+    from tests.worker.local_training import mlp_spec
+
+    run = run_locally(tmp_path, "figures", mlp_spec(epochs=2))
+    for row in run.metrics:
+        assert 0.0 <= row["data_wait_fraction"] <= 1.0
+        assert 10 * 2**20 < row["peak_memory_bytes"] < 64 * 2**30  # a process with torch loaded
+        assert row["gpu_utilization"] is None  # cpu
