@@ -72,15 +72,26 @@ def test_sign_in_watch_a_job_s_curve_grow_and_cancel_from_the_page(stack_on, sql
 
     # The curve gains points as epochs finish, live, without reloading the page.
     wait.until(lambda b: train_points(b) >= 1)
-    seen = {train_points(browser)}
+    seen, bars = {train_points(browser)}, set()
     while client.get(f"/v1/jobs/{job_id}").json()["state"] not in ("succeeded", "failed"):
         seen.add(train_points(browser))
+        # Progress inside the epoch: a bar in the job's header while it runs.
+        steps = browser.execute_script(
+            "const bar = document.getElementById('job-progress'); return bar && bar.dataset.steps;"
+        )
+        if steps:
+            bars.add(steps)
         time.sleep(0.2)
     finished = wait_for_terminal(client, job_id)
     assert finished["state"] == "succeeded"
     wait.until(lambda b: train_points(b) == 8 and "succeeded" in b.find_element(By.ID, "job-header").text)
     assert len(seen) >= 3, f"the curve did not grow point by point: saw {sorted(seen)}"
     assert len(browser.find_elements(By.CSS_SELECTOR, "#loss-chart circle.val-point")) == 8
+    assert bars and all(int(steps) > 0 for steps in bars), bars
+    # Memory per epoch beside the loss, and each epoch's data wait, memory and GPU in a table.
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#memory-chart circle.memory-point")) == 8
+    rows = browser.find_elements(By.CSS_SELECTOR, "#epochs tr.epoch-row")
+    assert len(rows) == 8 and all("MiB" in row.text and "%" in row.text for row in rows)
     assert len(browser.find_elements(By.CSS_SELECTOR, "#checkpoints button.download")) == 3
     wait.until(lambda b: "[rank 0]" in b.find_element(By.ID, "logs").text)
     browser.save_screenshot(str(tmp_path / "job-page.png"))

@@ -30,6 +30,17 @@ const h = (tag, attrs = {}, ...children) => {
   return node;
 };
 const stateBadge = (state) => h("span", { class: `state ${state}` }, state);
+// Progress inside the running epoch (from rank 0, at least every 10 s): a bar, or nothing.
+function progressBar(job, id) {
+  const progress = job.state === "running" ? job.progress : null;
+  if (!progress || !progress.steps) return "";
+  const percent = Math.min(100, (100 * progress.step) / progress.steps);
+  return h("span", { class: "progress-bar", id, "data-step": progress.step, "data-steps": progress.steps,
+    title: `epoch ${progress.epoch}: step ${progress.step} of ${progress.steps}` }, h("i", { style: `width:${percent.toFixed(1)}%` }));
+}
+const mib = (bytes) => (Number.isFinite(bytes) ? `${(bytes / 2 ** 20).toFixed(0)} MiB` : "–");
+const percent = (fraction) => (Number.isFinite(fraction) ? `${(100 * fraction).toFixed(0)}%` : "–");
+const eta = (seconds) => (Number.isFinite(seconds) ? (seconds < 90 ? `${Math.round(seconds)}s` : `${Math.round(seconds / 60)}m`) : "–");
 const fmt = (value, digits = 4) => (Number.isFinite(value) ? value.toFixed(digits) : "–");
 function age(iso) {
   const seconds = Math.max(0, (Date.now() - Date.parse(iso)) / 1000);
@@ -91,7 +102,7 @@ function showJobs() {
       const jobs = (await (await api(`/v1/jobs?limit=100${query}`)).json()).items;
       jobsBody.replaceChildren(...jobs.map((job) => h("tr", { class: "job-row", "data-job": job.id, onclick: () => { location.hash = `#/jobs/${job.id}`; } },
         h("td", {}, job.name || "–"), h("td", { class: "muted" }, job.id), h("td", {}, job.owner), h("td", {}, job.spec.model.name),
-        h("td", {}, stateBadge(job.state)), h("td", {}, `${job.epoch}/${job.spec.epochs}`),
+        h("td", {}, stateBadge(job.state)), h("td", {}, `${job.epoch}/${job.spec.epochs} `, progressBar(job)),
         h("td", {}, job.metrics ? fmt(job.metrics.train_loss) : "–"), h("td", {}, age(job.created_at)), h("td", {}, job.worker || "–"))));
       const workers = (await (await api("/v1/workers")).json()).items;
       workersBody.replaceChildren(...workers.map((worker) => h("tr", {},
@@ -116,6 +127,13 @@ function showJob(jobId) {
   const chart = document.createElementNS("http://www.w3.org/2000/svg", "svg");
   chart.setAttribute("class", "chart");
   chart.id = "loss-chart";
+  const memoryChart = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  memoryChart.setAttribute("class", "chart small");
+  memoryChart.id = "memory-chart";
+  const epochsBody = h("tbody", { id: "epochs" });
+  const dataHint = h("p", { class: "hint", id: "data-wait-hint", hidden: "" },
+    "Training waited for data much of the time: raise the data set's num_workers, turn on pin_memory, or pre-pack the data (",
+    h("code", {}, "trainjobs data pack"), ").");
   const checkpointsBody = h("tbody", { id: "checkpoints" });
   const logs = h("pre", { id: "logs" });
   const spec = h("pre", { id: "spec" });
@@ -129,6 +147,11 @@ function showJob(jobId) {
         chart),
       h("div", { class: "card" }, h("h2", {}, "Checkpoints"),
         h("table", {}, h("thead", {}, h("tr", {}, ["epoch", "size", "best", ""].map((t) => h("th", {}, t)))), checkpointsBody))),
+    h("div", { class: "grid" },
+      h("div", { class: "card" }, h("h2", {}, "Peak memory per epoch (the most any rank held)"), memoryChart),
+      h("div", { class: "card" }, h("h2", {}, "Each epoch"),
+        h("table", {}, h("thead", {}, h("tr", {}, ["epoch", "data wait", "peak memory", "GPU"].map((t) => h("th", {}, t)))), epochsBody),
+        dataHint)),
     h("h2", {}, "Log tail"), logs, h("h2", {}, "Spec"), spec, error);
 
   function renderHeader() {
@@ -138,6 +161,8 @@ function showJob(jobId) {
       h("dl", {},
         h("dt", {}, "id"), h("dd", {}, job.id), h("dt", {}, "owner"), h("dd", {}, job.owner),
         h("dt", {}, "epoch"), h("dd", { id: "job-epoch" }, `${job.epoch} of ${job.spec.epochs}`),
+        job.state === "running" && job.progress ? [h("dt", {}, "this epoch"), h("dd", {}, progressBar(job, "job-progress"),
+          ` step ${job.progress.step} of ${job.progress.steps}, ${job.progress.samples_per_second.toFixed(0)} samples/s, ETA ${eta(job.progress.eta_seconds)}`)] : [],
         h("dt", {}, "model / data"), h("dd", {}, `${job.spec.model.name} on ${job.spec.data.name}, ${job.effective.world_size} ${job.spec.device} rank(s)`),
         h("dt", {}, "worker"), h("dd", {}, `${job.worker || "–"} (attempt ${job.attempt})`),
         h("dt", {}, "stop reason"), h("dd", {}, job.stop_reason || "–"),
@@ -145,6 +170,15 @@ function showJob(jobId) {
       job.error ? h("p", { class: "error", id: "job-error" }, job.error) : "",
       h("div", { class: "toolbar" }, canCancel ? h("button", { class: "danger", id: "cancel", onclick: cancel }, "Cancel job") : ""));
     spec.textContent = JSON.stringify(job.spec, null, 2);
+  }
+
+  function renderEpochs() {
+    drawMemoryChart(memoryChart, metrics);
+    epochsBody.replaceChildren(...metrics.map((row) => h("tr", { class: "epoch-row" },
+      h("td", {}, row.epoch), h("td", { class: row.data_wait_fraction > 0.3 ? "warn" : "" }, percent(row.data_wait_fraction)),
+      h("td", {}, mib(row.peak_memory_bytes)), h("td", {}, row.gpu_utilization == null ? "–" : percent(row.gpu_utilization)))));
+    const last = metrics[metrics.length - 1];
+    dataHint.hidden = !(last && last.data_wait_fraction > 0.3);
   }
 
   function renderCheckpoints() {
@@ -186,8 +220,10 @@ function showJob(jobId) {
       metrics.push(data);
       metrics.sort((a, b) => a.epoch - b.epoch);
       drawLossChart(chart, metrics);
+      renderEpochs();
       if (job) { job.epoch = Math.max(job.epoch, data.epoch); renderHeader(); }
     }
+    if (kind === "progress" && job) { job.progress = data; renderHeader(); }
     // Rotation removes old checkpoints, which the stream does not announce: re-read the list.
     if (kind === "checkpoint") refreshCheckpoints();
   }
@@ -199,6 +235,7 @@ function showJob(jobId) {
       renderHeader();
       for (const row of (await (await api(`/v1/jobs/${jobId}/metrics`)).json()).items) apply("metrics", row);
       drawLossChart(chart, metrics);
+      renderEpochs();
       await refreshCheckpoints();
       await refreshLogs();
       let lastId = 0;

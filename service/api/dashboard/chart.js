@@ -53,3 +53,30 @@ function drawLossChart(svg, rows) {
     if (Number.isFinite(row.val_loss)) el("circle", { class: "val-point", cx: x(row.epoch), cy: y(row.val_loss), r: 3, "data-epoch": row.epoch });
   }
 }
+
+// Peak memory per epoch, in MiB: one point per epoch on a line from zero.
+function drawMemoryChart(svg, rows) {
+  const W = 720, H = 200, pad = { left: 64, right: 20, top: 14, bottom: 30 };
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  svg.replaceChildren();
+  const ns = "http://www.w3.org/2000/svg";
+  const el = (name, attrs, text) => {
+    const node = document.createElementNS(ns, name);
+    for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
+    if (text !== undefined) node.textContent = text;
+    svg.appendChild(node);
+    return node;
+  };
+  const points = rows.filter((row) => Number.isFinite(row.peak_memory_bytes)).map((row) => [row.epoch, row.peak_memory_bytes / 2 ** 20]);
+  const maxEpoch = Math.max(2, ...points.map(([epoch]) => epoch));
+  const high = Math.max(1, ...points.map(([, value]) => value)) * 1.1;
+  const x = (epoch) => pad.left + ((epoch - 1) / (maxEpoch - 1)) * (W - pad.left - pad.right);
+  const y = (value) => H - pad.bottom - (value / high) * (H - pad.top - pad.bottom);
+  el("line", { class: "axis", x1: pad.left, y1: H - pad.bottom, x2: W - pad.right, y2: H - pad.bottom });
+  el("line", { class: "axis", x1: pad.left, y1: pad.top, x2: pad.left, y2: H - pad.bottom });
+  for (let i = 0; i <= 4; i++) el("text", { x: pad.left - 6, y: y((high * i) / 4) + 4, "text-anchor": "end" }, `${((high * i) / 4).toFixed(0)}`);
+  el("text", { x: 10, y: pad.top + 6 }, "MiB");
+  el("text", { x: (W + pad.left - pad.right) / 2, y: H - 4, "text-anchor": "middle" }, "epoch");
+  if (points.length > 1) el("polyline", { class: "memory", points: points.map(([epoch, value]) => `${x(epoch)},${y(value)}`).join(" ") });
+  for (const [epoch, value] of points) el("circle", { class: "memory-point", cx: x(epoch), cy: y(value), r: 3, "data-epoch": epoch });
+}
