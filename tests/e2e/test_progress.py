@@ -52,3 +52,18 @@ def test_a_long_epoch_shows_progress_and_each_epoch_its_wait_memory_and_gpu_figu
                 assert set(json.loads(line[6:])) >= {"epoch", "step", "steps", "samples_per_second", "eta_seconds"}
     assert kinds.count("progress") >= 4  # inside each epoch, and at each epoch's end
     assert per_job_series(client, job_id) == []  # dropped once the job ended
+
+
+def test_a_slow_loader_s_data_wait_shows_through_the_service_and_loader_workers_lower_it(
+    plugin_installed, stack_on, sqlite_url
+):
+    from tests.worker.test_telemetry import sleepy_spec
+
+    stack = stack_on(sqlite_url)
+    client = stack.client(stack.token())
+    waits = {}
+    for workers in (0, 2):
+        job_id = client.post("/v1/jobs", json=sleepy_spec(num_workers=workers)).json()["id"]
+        assert wait_for_terminal(client, job_id, timeout=120)["state"] == "succeeded"
+        waits[workers] = client.get(f"/v1/jobs/{job_id}/metrics").json()["items"][-1]["data_wait_fraction"]
+    assert waits[0] > 0.4 and waits[2] < 0.6 * waits[0], waits

@@ -10,7 +10,7 @@ def sleepy_spec(num_workers: int) -> dict:
         "model": {"name": "mlp", "params": {"hidden": [2048, 2048]}},
         "data": {
             "name": "sleepy-blobs",
-            "params": {"num_samples": 300, "sleep_seconds": 0.002, "num_workers": num_workers},
+            "params": {"num_samples": 300, "sleep_seconds": 0.001, "num_workers": num_workers},
         },
         "device": "cpu",
         "gpus": 1,
