@@ -2,18 +2,22 @@
 // learning rate on the right. No library: a few dozen lines are simpler to keep than a bundle.
 "use strict";
 
-function drawLossChart(svg, rows) {
-  const W = 720, H = 280, pad = { left: 56, right: 64, top: 14, bottom: 34 };
+// Clear `svg` for a W x H drawing; return el(name, attrs, text), which adds one SVG element.
+function canvas(svg, W, H) {
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
   svg.replaceChildren();
-  const ns = "http://www.w3.org/2000/svg";
-  const el = (name, attrs, text) => {
-    const node = document.createElementNS(ns, name);
+  return (name, attrs, text) => {
+    const node = document.createElementNS("http://www.w3.org/2000/svg", name);
     for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
     if (text !== undefined) node.textContent = text;
     svg.appendChild(node);
     return node;
   };
+}
+
+function drawLossChart(svg, rows) {
+  const W = 720, H = 280, pad = { left: 56, right: 64, top: 14, bottom: 34 };
+  const el = canvas(svg, W, H);
   const epochs = rows.map((row) => row.epoch);
   const losses = rows.flatMap((row) => [row.train_loss, row.val_loss]).filter(Number.isFinite);
   const lrs = rows.map((row) => row.lr).filter(Number.isFinite);
@@ -57,16 +61,7 @@ function drawLossChart(svg, rows) {
 // Peak memory per epoch, in MiB: one point per epoch on a line from zero.
 function drawMemoryChart(svg, rows) {
   const W = 720, H = 200, pad = { left: 64, right: 20, top: 14, bottom: 30 };
-  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
-  svg.replaceChildren();
-  const ns = "http://www.w3.org/2000/svg";
-  const el = (name, attrs, text) => {
-    const node = document.createElementNS(ns, name);
-    for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, value);
-    if (text !== undefined) node.textContent = text;
-    svg.appendChild(node);
-    return node;
-  };
+  const el = canvas(svg, W, H);
   const points = rows.filter((row) => Number.isFinite(row.peak_memory_bytes)).map((row) => [row.epoch, row.peak_memory_bytes / 2 ** 20]);
   const maxEpoch = Math.max(2, ...points.map(([epoch]) => epoch));
   const high = Math.max(1, ...points.map(([, value]) => value)) * 1.1;
