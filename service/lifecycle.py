@@ -176,11 +176,13 @@ def leave(session: Session, job: JobRow, worker: str) -> None:
     job_nodes.remove(session, job.id, job.attempt, worker=worker)
 
 
-def renew(session: Session, job_id: str, worker: str, attempt: int, lease_seconds: float) -> bool:
-    """Extend `worker`'s lease on a running job (and on its node of a multi-node job); False
+def renew(
+    session: Session, job_id: str, worker: str, attempt: int, lease_seconds: float, multi_node: bool = False
+) -> bool:
+    """Extend `worker`'s lease on a running job (and, for a multi-node job, on its node); False
     when it holds neither any more."""
     job_lease = jobs.renew_lease(session, job_id, worker, attempt, lease_seconds)
-    node_lease = job_nodes.renew(session, job_id, attempt, worker, lease_seconds)
+    node_lease = multi_node and job_nodes.renew(session, job_id, attempt, worker, lease_seconds)
     return job_lease or node_lease
 
 

@@ -122,7 +122,7 @@ def gathering(session: Session, job_id: str, attempt: int, worker: str, lease_se
     job = jobs.get(session, job_id, for_update=True)
     if job is None or job.attempt != attempt:
         return Gathering(state=job.state if job else None, node_rank=None)
-    lifecycle.renew(session, job_id, worker, attempt, lease_seconds)
+    lifecycle.renew(session, job_id, worker, attempt, lease_seconds, multi_node=True)
     node_rank = next((m.node_rank for m in job_nodes.of_attempt(session, job_id, attempt) if m.worker == worker), None)
     return _gathering(session, job, worker, node_rank)
 
@@ -147,10 +147,14 @@ def check_lease(session: Session, job_id: str, worker: str, attempt: int, renew_
     if job is None:
         return LeaseCheck(state=None, same_attempt=False, ours=False)
     same_attempt = job.attempt == attempt
-    member = same_attempt and any(m.worker == worker for m in job_nodes.of_attempt(session, job_id, attempt))
+    # A one-node job's lease is the job row's alone: its watch (every second) reads no job_nodes.
+    multi_node = job.spec.get("nodes", 1) > 1
+    member = (
+        multi_node and same_attempt and any(m.worker == worker for m in job_nodes.of_attempt(session, job_id, attempt))
+    )
     ours = same_attempt and (job.lease_owner == worker or member)
     if ours and renew_for is not None:
-        lifecycle.renew(session, job_id, worker, attempt, renew_for)
+        lifecycle.renew(session, job_id, worker, attempt, renew_for, multi_node)
     return LeaseCheck(state=job.state, same_attempt=same_attempt, ours=ours)
 
 
