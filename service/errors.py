@@ -5,6 +5,10 @@ class NotFound(Exception):
     """Unknown, or not the caller's (another owner's job is 404, never 403)."""
 
 
+class Forbidden(Exception):
+    """Authenticated, but asking for what only an admin may (another owner's job list)."""
+
+
 class Conflict(Exception):
     pass
 

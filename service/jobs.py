@@ -4,21 +4,26 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 from datetime import datetime
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from trainjobs.contract.job import JobPage
-from trainjobs.contract.spec import JobSpec
+from trainjobs.contract.spec import LABEL_KEY, MAX_LABEL_VALUE, JobSpec
 from trainjobs.service import lifecycle
 from trainjobs.service.auth import Principal
 from trainjobs.service.db import on_commit
 from trainjobs.service.dispatch import Dispatcher
-from trainjobs.service.errors import InvalidRequest, NotFound
+from trainjobs.service.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from trainjobs.service.repositories import checkpoints, jobs
+from trainjobs.service.repositories.jobs import JobFilter
 from trainjobs.service.tables import JobRow
 from trainjobs.service.timeline import document
+from trainjobs.store import CheckpointStore
+
+log = logging.getLogger(__name__)
 
 
 def submit(
@@ -75,6 +80,34 @@ def cancel(session: Session, principal: Principal, job_id: str) -> JobRow:
     return locked
 
 
+def delete(session: Session, principal: Principal, job_id: str, store: CheckpointStore) -> None:
+    """A terminal job and all it left: rows now, checkpoint files once that has committed (a
+    failed commit must not leave a job whose files are gone).
+
+    A queued job that names one of its checkpoints (`resume_from`, `init_from`) has not read it
+    yet: the delete waits for it (409). A running one has, and continues; docs/api.md says what
+    happens to it if it is taken up again before its own first checkpoint."""
+    job = get_visible(session, principal, job_id)
+    locked = jobs.get(session, job.id, for_update=True)
+    assert locked is not None  # visible a moment ago, in this transaction
+    waiting = jobs.queued_starting_from(session, [row.id for row in checkpoints.for_job(session, job.id)])
+    if waiting:
+        visible = next((other.id for other in waiting if principal.can_see(other.owner)), None)
+        who = f"job {visible}" if visible else "a job of another owner"
+        raise Conflict(f"{who} is queued to start from a checkpoint of job {job.id}: delete it once that has started")
+    lifecycle.delete(session, locked)
+    on_commit(session, lambda: remove_files(store, job_id))
+
+
+def remove_files(store: CheckpointStore, job_id: str) -> None:
+    """The job's folder in the checkpoint store. A failure leaves files, never a job without
+    them: it is logged, and the rows are already gone."""
+    try:
+        store.delete_tree(job_id)
+    except Exception:
+        log.exception("job %s deleted, but its checkpoint files could not be removed", job_id)
+
+
 def parse_last_event_id(value: str | None) -> int:
     if value is None or value == "":
         return 0
@@ -84,12 +117,69 @@ def parse_last_event_id(value: str | None) -> int:
     return int(value)
 
 
-def list_page(session: Session, principal: Principal, *, state: str | None, limit: int, cursor: str | None) -> JobPage:
+JOB_STATES = ("queued", "running", "cancelling", "succeeded", "failed", "cancelled")
+MAX_LABEL_FILTERS = 8
+
+
+def list_page(
+    session: Session,
+    principal: Principal,
+    *,
+    states: str | None = None,
+    labels: list[str] | None = None,
+    name: str | None = None,
+    owner: str | None = None,
+    limit: int,
+    cursor: str | None,
+) -> JobPage:
+    where = JobFilter(
+        owner=_owner_filter(principal, owner),
+        states=_parse_states(states),
+        labels=_parse_labels(labels or []),
+        name=name or None,
+    )
     after = _decode_cursor(cursor) if cursor else None
-    owner = None if principal.is_admin else principal.owner
-    rows = jobs.page(session, owner=owner, state=state, limit=limit + 1, after=after)
+    rows = jobs.page(session, where, limit=limit + 1, after=after)
     next_cursor = _encode_cursor(rows[limit - 1]) if len(rows) > limit else None
     return JobPage(items=[document(row) for row in rows[:limit]], next_cursor=next_cursor)
+
+
+def _owner_filter(principal: Principal, owner: str | None) -> str | None:
+    if principal.is_admin:
+        return owner
+    if owner is not None and owner != principal.owner:
+        raise Forbidden("owner: only an admin may list another owner's jobs")
+    return principal.owner
+
+
+def _parse_states(states: str | None) -> tuple[str, ...]:
+    if states is None:
+        return ()
+    parsed = tuple(dict.fromkeys(part.strip() for part in states.split(",") if part.strip()))
+    unknown = [state for state in parsed if state not in JOB_STATES]
+    if unknown or not parsed:
+        raise InvalidRequest(
+            "state", f"{unknown[0] if unknown else states!r}: not one of {', '.join(JOB_STATES)}", "query"
+        )
+    return parsed
+
+
+def _parse_labels(labels: list[str]) -> tuple[tuple[str, str | None], ...]:
+    """`k=v` (the value may hold further '=') or `k` alone (any value)."""
+    if len(labels) > MAX_LABEL_FILTERS:
+        raise InvalidRequest("label", f"at most {MAX_LABEL_FILTERS} label filters", "query")
+    parsed: dict[str, str | None] = {}
+    for label in labels:
+        key, has_value, value = label.partition("=")
+        if not LABEL_KEY.fullmatch(key):
+            raise InvalidRequest("label", f"{key!r} is not a label key (a-z 0-9 . _ / -, 1-63 characters)", "query")
+        if len(value) > MAX_LABEL_VALUE:
+            raise InvalidRequest("label", f"{key!r}: a value is at most {MAX_LABEL_VALUE} characters", "query")
+        if key in parsed and parsed[key] != (value if has_value else None):
+            raise InvalidRequest("label", f"{key!r} is asked for twice with different values", "query")
+        parsed[key] = value if has_value else None
+    # A key with a value narrows more than a key alone: let it drive the query.
+    return tuple(sorted(parsed.items(), key=lambda item: item[1] is None))
 
 
 def _encode_cursor(job: JobRow) -> str:

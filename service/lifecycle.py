@@ -29,7 +29,7 @@ from trainjobs.contract.events import TERMINAL_STATES, CheckpointRecord, EpochMe
 from trainjobs.contract.spec import JobSpec
 from trainjobs.service import timeline
 from trainjobs.service.errors import Conflict
-from trainjobs.service.repositories import checkpoints, dispatch_intents, epoch_metrics, job_nodes, jobs
+from trainjobs.service.repositories import checkpoints, dispatch_intents, epoch_metrics, job_labels, job_nodes, jobs
 from trainjobs.service.tables import JobRow, utcnow
 
 ACTIVE_STATES = frozenset({"running", "cancelling"})
@@ -67,6 +67,7 @@ TRANSITIONS = {
             "reaper (a lease ran out); collector (a node lost)",
         ),
         Transition("explain_waiting", frozenset({"queued"}), frozenset({"queued"}), "reaper's sweep; worker"),
+        Transition("delete", TERMINAL_STATES, frozenset(), "API (DELETE /v1/jobs/{id}); retention sweep"),
     )
 }
 
@@ -125,9 +126,17 @@ def submit(session: Session, owner: str, spec: JobSpec, idempotency_key: str | N
         updated_at=now,
     )
     jobs.add(session, job)
+    job_labels.add(session, job, spec.labels)
     dispatch_intents.add(session, job.id, job.device)
     _state_changed(session, job)
     return job
+
+
+def delete(session: Session, job: JobRow) -> None:
+    """A terminal job, gone with everything SQL holds of it (its checkpoint files are the
+    caller's to remove once this commits). No event: nobody is left to read the stream."""
+    _check(job, "delete")
+    jobs.remove(session, job)
 
 
 def claim(session: Session, job_id: str, worker: str, lease_seconds: float) -> JobRow | None:

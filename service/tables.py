@@ -54,6 +54,7 @@ class JobRow(Base):
         Index("ix_jobs_created_at_id", "created_at", "id"),
         Index("ix_jobs_owner_created_at_id", "owner", "created_at", "id"),
         Index("ix_jobs_state", "state"),
+        Index("ix_jobs_state_created_at_id", "state", "created_at", "id"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -81,6 +82,26 @@ class JobRow(Base):
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
     updated_at: Mapped[datetime]
+
+
+class JobLabelRow(Base):
+    """One label of a job. The job's owner and creation time are copied here (neither ever
+    changes) so that `GET /v1/jobs?label=k=v` walks one index newest first and stops after a
+    page, with or without an owner, instead of gathering every match and sorting it."""
+
+    __tablename__ = "job_labels"
+    __table_args__ = (
+        Index("ix_job_labels_key_value_created", "key", "value", "job_created_at", "job_id"),
+        Index("ix_job_labels_owner_key_value_created", "owner", "key", "value", "job_created_at", "job_id"),
+        Index("ix_job_labels_key_created", "key", "job_created_at", "job_id"),
+        Index("ix_job_labels_owner_key_created", "owner", "key", "job_created_at", "job_id"),
+    )
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    key: Mapped[str] = mapped_column(String(63), primary_key=True)
+    value: Mapped[str] = mapped_column(String(256))
+    owner: Mapped[str] = mapped_column(String(128))
+    job_created_at: Mapped[datetime]
 
 
 class EpochMetricsRow(Base):

@@ -82,3 +82,12 @@ class CheckpointStore:
             self.fs.rm_file(self.path_of(relative))
         except FileNotFoundError:
             pass
+
+    def delete_tree(self, relative: str) -> None:
+        """Every object under `relative/` (a deleted job's folder); nothing there is no error."""
+        path = self.path_of(relative)
+        try:
+            if self.fs.exists(path):
+                self.fs.rm(path, recursive=True)
+        except FileNotFoundError:
+            pass

@@ -26,7 +26,7 @@ from trainjobs.service.api.security_headers import SecurityHeadersMiddleware
 from trainjobs.service.background import BackgroundLoop
 from trainjobs.service.db import make_engine, make_session_factory
 from trainjobs.service.dispatch import Dispatcher
-from trainjobs.service.errors import Conflict, InvalidRequest, NotFound
+from trainjobs.service.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from trainjobs.settings import Settings, load_settings
 from trainjobs.store import CheckpointStore
 
@@ -128,6 +128,10 @@ def _install_error_answers(app: FastAPI) -> None:
     @app.exception_handler(NotFound)
     async def _not_found(_request: Request, error: NotFound) -> JSONResponse:
         return JSONResponse({"detail": str(error)}, status_code=404)
+
+    @app.exception_handler(Forbidden)
+    async def _forbidden(_request: Request, error: Forbidden) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=403)
 
     @app.exception_handler(Conflict)
     async def _conflict(_request: Request, error: Conflict) -> JSONResponse:

@@ -14,8 +14,9 @@ class ErrorBody(BaseModel):
 def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     descriptions = {
         401: "missing, invalid or revoked bearer token",
+        403: "only an admin may do this (list another owner's jobs)",
         404: "no such job (or checkpoint) that this token may see",
-        409: "the job has already ended",
+        409: "the job is not in a state that allows this (already ended; or, to delete, not yet ended)",
         413: "request body over the limit (1 MiB)",
     }
     # The JSON content is spelled out (not `model=`) so that routes answering text or files

@@ -3,13 +3,14 @@ trainjobs.service.lifecycle only."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import CursorResult, and_, func, or_, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import CursorResult, and_, delete, exists, func, or_, select, update
+from sqlalchemy.orm import Session, aliased
 
-from trainjobs.service.tables import JobRow, utcnow
+from trainjobs.service.tables import JobLabelRow, JobRow, utcnow
 
 
 def add(session: Session, job: JobRow) -> None:
@@ -27,23 +28,79 @@ def get_by_idempotency_key(session: Session, owner: str, key: str) -> JobRow | N
     return session.scalars(select(JobRow).where(JobRow.owner == owner, JobRow.idempotency_key == key)).one_or_none()
 
 
-def page(
-    session: Session, *, owner: str | None, state: str | None, limit: int, after: tuple[datetime, str] | None
-) -> list[JobRow]:
+@dataclass(frozen=True)
+class JobFilter:
+    """What `GET /v1/jobs` keeps. `labels`: (key, value) pairs, all required; a None value
+    matches any value of the key."""
+
+    owner: str | None = None
+    states: tuple[str, ...] = ()
+    labels: tuple[tuple[str, str | None], ...] = ()
+    name: str | None = None
+
+
+def page(session: Session, where: JobFilter, limit: int, after: tuple[datetime, str] | None) -> list[JobRow]:
     """Newest first, keyset-paginated on (created_at, id): no offset scans, and a job created
-    while a client pages never shifts the pages it has not read yet."""
+    while a client pages never shifts the pages it has not read yet.
+
+    With a label, the first label's index drives the query (its rows carry the job's owner and
+    creation time): the database walks it newest first and stops after `limit` matches; the
+    other labels are primary-key probes. Without one, the jobs' own (owner, created_at, id) or
+    (created_at, id) index does. A name is a substring, which no index serves: it filters the
+    rows the index yields.
+    """
     query = select(JobRow)
-    if owner is not None:
-        query = query.where(JobRow.owner == owner)
-    if state is not None:
-        query = query.where(JobRow.state == state)
+    created_at, job_id = JobRow.created_at, JobRow.id
+    if where.labels:
+        key, value = where.labels[0]
+        driver = aliased(JobLabelRow)
+        query = query.join(driver, driver.job_id == JobRow.id).where(driver.key == key)
+        if value is not None:
+            query = query.where(driver.value == value)
+        if where.owner is not None:
+            query = query.where(driver.owner == where.owner)
+        created_at, job_id = driver.job_created_at, driver.job_id
+        for key, value in where.labels[1:]:
+            other = exists().where(JobLabelRow.job_id == JobRow.id, JobLabelRow.key == key)
+            query = query.where(other.where(JobLabelRow.value == value) if value is not None else other)
+    elif where.owner is not None:
+        query = query.where(JobRow.owner == where.owner)
+    if where.states:
+        query = query.where(JobRow.state.in_(where.states))
+    if where.name:
+        query = query.where(JobRow.name.icontains(where.name, autoescape=True))
     if after is not None:
-        created_at, job_id = after
-        query = query.where(
-            or_(JobRow.created_at < created_at, and_(JobRow.created_at == created_at, JobRow.id < job_id))
-        )
-    query = query.order_by(JobRow.created_at.desc(), JobRow.id.desc()).limit(limit)
+        after_created_at, after_id = after
+        query = query.where(or_(created_at < after_created_at, and_(created_at == after_created_at, job_id < after_id)))
+    query = query.order_by(created_at.desc(), job_id.desc()).limit(limit)
     return list(session.scalars(query))
+
+
+def remove(session: Session, job: JobRow) -> None:
+    """Delete the job's row; its metrics, events, checkpoints' rows, logs, nodes and labels go
+    with it (ON DELETE CASCADE; SQLite enforces it with foreign_keys=ON, see service.db)."""
+    session.execute(delete(JobRow).where(JobRow.id == job.id).execution_options(synchronize_session=False))
+    session.expunge(job)
+
+
+def queued_starting_from(session: Session, checkpoint_ids: list[str], limit: int = 10) -> list[JobRow]:
+    """Queued jobs whose spec names one of `checkpoint_ids` as `resume_from` or `init_from`:
+    they have not read it yet."""
+    if not checkpoint_ids:
+        return []
+    return list(
+        session.scalars(
+            select(JobRow)
+            .where(
+                JobRow.state == "queued",
+                or_(
+                    JobRow.spec["resume_from"].as_string().in_(checkpoint_ids),
+                    JobRow.spec["init_from"].as_string().in_(checkpoint_ids),
+                ),
+            )
+            .limit(limit)
+        )
+    )
 
 
 def claim(session: Session, job_id: str, worker: str, lease_seconds: float) -> JobRow | None:

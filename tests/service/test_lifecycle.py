@@ -49,9 +49,11 @@ def attempt_transition(session, job: JobRow, name: str) -> None:
             lifecycle.requeue(session, job, "requeued: worker w was lost")
         case "explain_waiting":
             lifecycle.explain_waiting(session, job, "no live cpu worker")
+        case "delete":
+            lifecycle.delete(session, job)
 
 
-@pytest.mark.parametrize("name", ["cancel", "finish", "requeue", "explain_waiting"])
+@pytest.mark.parametrize("name", ["cancel", "finish", "requeue", "explain_waiting", "delete"])
 def test_a_transition_is_refused_from_every_state_it_does_not_start_from(sessions, name):
     allowed = lifecycle.TRANSITIONS[name].from_states
     for state in ALL_STATES:
@@ -128,6 +130,7 @@ WRITING_CALLS = {
     ("jobs", "claim"),
     ("jobs", "renew_lease"),
     ("jobs", "add"),
+    ("jobs", "remove"),
     ("job_events", "append"),
     ("timeline", "state_changed"),
     ("timeline", "metrics_recorded"),

@@ -1,4 +1,6 @@
-"""The job document: what every response that returns a job carries."""
+"""The API's answers about jobs: the job document (what every response that returns a job
+carries), pages of jobs, an epoch's metrics list, checkpoints and workers. The service answers
+with these and the client returns them."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from trainjobs.contract.events import JobState, StopReason
+from trainjobs.contract.events import EpochMetrics, JobState, StopReason
 
 
 class Effective(BaseModel):
@@ -44,3 +46,34 @@ class JobDocument(BaseModel):
 class JobPage(BaseModel):
     items: list[JobDocument]
     next_cursor: str | None
+
+
+class MetricsList(BaseModel):
+    items: list[EpochMetrics]
+
+
+class CheckpointInfo(BaseModel):
+    id: str
+    epoch: int
+    size_bytes: int
+    sha256: str
+    is_best: bool
+    created_at: datetime
+
+
+class CheckpointList(BaseModel):
+    items: list[CheckpointInfo]
+
+
+class WorkerInfo(BaseModel):
+    hostname: str
+    device: str
+    slots: int
+    busy: int
+    jobs: list[str]
+    last_seen: datetime
+    lost: bool
+
+
+class WorkerList(BaseModel):
+    items: list[WorkerInfo]

@@ -39,6 +39,31 @@ def _printable(text: str) -> str:
 
 PrintableText = Annotated[str, AfterValidator(_printable)]
 
+# A label key as Kubernetes spells a name segment: lower-case letters, digits and . _ / -, starting
+# and ending with a letter or digit, so that `label=k=v` in a query string never needs quoting.
+LABEL_KEY = re.compile(r"[a-z0-9](?:[a-z0-9._/-]{0,61}[a-z0-9])?")
+MAX_LABELS = 32
+MAX_LABEL_VALUE = 256
+
+
+def _labels(labels: dict[str, str]) -> dict[str, str]:
+    if len(labels) > MAX_LABELS:
+        raise ValueError(f"at most {MAX_LABELS} labels, got {len(labels)}")
+    for key, value in labels.items():
+        if not LABEL_KEY.fullmatch(key):
+            raise ValueError(
+                f"label key {key!r} must be 1-63 characters of a-z 0-9 . _ / -, "
+                "starting and ending with a letter or digit"
+            )
+        if len(value) > MAX_LABEL_VALUE:
+            raise ValueError(f"label {key!r}: a value is at most {MAX_LABEL_VALUE} characters")
+        if _UNPRINTABLE.search(value):
+            raise ValueError(f"label {key!r}: a value must not contain control or bidirectional-override characters")
+    return labels
+
+
+Labels = Annotated[dict[str, str], AfterValidator(_labels)]
+
 
 class ModelRef(StrictModel):
     name: str = Field(min_length=1, max_length=128)
@@ -95,6 +120,7 @@ class CheckpointPolicy(StrictModel):
 
 EXAMPLE_SPEC: dict[str, Any] = {
     "name": "wavenet-demo",
+    "labels": {"team": "speech", "sweep": "12"},
     "model": {"name": "wavenet", "params": {"n_residue": 16, "n_skip": 32, "dilation_depth": 6, "n_repeat": 2}},
     "data": {"name": "synthetic-audio", "params": {"num_samples": 256, "length": 512, "mu": 64}},
     "device": "cpu",
@@ -112,6 +138,9 @@ class JobSpec(StrictModel):
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"examples": [EXAMPLE_SPEC]})
 
     name: PrintableText | None = Field(None, min_length=1, max_length=128)
+    labels: Labels = Field(
+        default_factory=dict, description="for grouping and search (`GET /v1/jobs?label=k=v`): at most 32"
+    )
     model: ModelRef
     data: DataRef
     device: Literal["cuda", "cpu"] = "cuda"

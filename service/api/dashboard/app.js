@@ -1,5 +1,5 @@
 // The dashboard: the public API only, with the bearer token kept in session storage.
-// Views: "#/" (jobs and workers, refreshed every 2 s) and "#/jobs/<id>" (one job, live from its
+// Views: "#/" (jobs, filtered by "#/?state=&label=&name=", and workers, refreshed every 2 s) and "#/jobs/<id>" (one job, live from its
 // server-sent events; fetch() reads the stream because EventSource cannot send a token).
 "use strict";
 
@@ -80,28 +80,77 @@ document.getElementById("sign-out").addEventListener("click", signOut);
 
 // ---- jobs and workers ----------------------------------------------------------------------
 
-function showJobs() {
-  const filter = h("select", { id: "state-filter" },
-    ["", "queued", "running", "cancelling", "succeeded", "failed", "cancelled"].map((state) => h("option", { value: state }, state || "all states")));
-  filter.value = sessionStorage.getItem("trainjobs-filter") || "";
+// Filters live in the URL's query (#/?state=failed&label=team%3Dspeech&name=asr), so a filtered
+// view can be bookmarked and shared. "Load more" adds a page; the refresh re-reads what is shown.
+const PAGE = 50;
+
+function filterQuery(filters) {
+  const query = new URLSearchParams();
+  if (filters.state) query.set("state", filters.state);
+  for (const label of filters.labels) query.append("label", label);
+  if (filters.name) query.set("name", filters.name);
+  return query;
+}
+
+function parseLabels(text) {
+  return text.split(/[\s,]+/).map((part) => part.trim()).filter(Boolean);
+}
+
+function showJobs(params) {
+  const filters = { state: params.get("state") || "", labels: params.getAll("label"), name: params.get("name") || "" };
+  const stateFilter = h("select", { id: "state-filter" },
+    [["", "all states"], ["queued"], ["running"], ["cancelling"], ["succeeded"], ["failed"], ["cancelled"],
+      ["succeeded,failed,cancelled", "finished"]].map(([value, label]) => h("option", { value }, label || value)));
+  stateFilter.value = filters.state;
+  const labelFilter = h("input", { id: "label-filter", placeholder: "team=speech sweep", size: 22, value: filters.labels.join(" "),
+    title: "k=v or k alone, separated by spaces: jobs carrying all of them" });
+  const nameFilter = h("input", { id: "name-filter", placeholder: "name contains", size: 16, value: filters.name });
   const jobsBody = h("tbody", { id: "jobs" });
   const workersBody = h("tbody", { id: "workers" });
+  const loadMore = h("button", { id: "load-more", hidden: "" }, "Load more");
+  const count = h("span", { class: "muted", id: "jobs-count" });
   const error = h("p", { class: "error" });
+  let pages = 1;
   view.replaceChildren(
     h("h1", {}, "Jobs"),
-    h("div", { class: "toolbar" }, h("label", {}, "Show ", filter)),
+    h("form", { class: "toolbar", id: "filters" }, h("label", {}, "State ", stateFilter), h("label", {}, "Labels ", labelFilter),
+      h("label", {}, "Name ", nameFilter), h("button", { type: "submit" }, "Filter"), count),
     h("table", {}, h("thead", {}, h("tr", {}, ["name", "id", "owner", "model", "state", "epoch", "last loss", "age", "worker"].map((t) => h("th", {}, t)))), jobsBody),
+    h("div", { class: "toolbar more" }, loadMore),
     h("h2", {}, "Workers"),
     h("table", {}, h("thead", {}, h("tr", {}, ["host", "device", "busy / slots", "jobs", "last seen"].map((t) => h("th", {}, t)))), workersBody),
     error);
-  filter.addEventListener("change", () => { sessionStorage.setItem("trainjobs-filter", filter.value); refresh(); });
+
+  function applyFilters(event) {
+    if (event) event.preventDefault();
+    const query = filterQuery({ state: stateFilter.value, labels: parseLabels(labelFilter.value), name: nameFilter.value.trim() });
+    location.hash = `#/?${query}`;  // route() shows the list again with these filters
+  }
+  view.querySelector("#filters").addEventListener("submit", applyFilters);
+  stateFilter.addEventListener("change", applyFilters);
+  loadMore.addEventListener("click", () => { pages += 1; refresh(); });
+
+  const labelChips = (job) => Object.entries(job.spec.labels || {}).map(([key, value]) => h("span", { class: "chip", title: "show jobs with this label",
+    onclick: (event) => { event.stopPropagation(); labelFilter.value = [...parseLabels(labelFilter.value), `${key}=${value}`].join(" "); applyFilters(); } },
+  value === "" ? key : `${key}=${value}`));
 
   async function refresh() {
     try {
-      const query = filter.value ? `&state=${filter.value}` : "";
-      const jobs = (await (await api(`/v1/jobs?limit=100${query}`)).json()).items;
+      const jobs = [];
+      let cursor = null;
+      for (let page = 0; page < pages; page += 1) {
+        const query = filterQuery(filters);
+        query.set("limit", PAGE);
+        if (cursor) query.set("cursor", cursor);
+        const body = await (await api(`/v1/jobs?${query}`)).json();
+        jobs.push(...body.items);
+        cursor = body.next_cursor;
+        if (!cursor) break;
+      }
+      loadMore.hidden = !cursor;
+      count.textContent = `${jobs.length}${cursor ? "+" : ""} job${jobs.length === 1 ? "" : "s"}`;
       jobsBody.replaceChildren(...jobs.map((job) => h("tr", { class: "job-row", "data-job": job.id, onclick: () => { location.hash = `#/jobs/${job.id}`; } },
-        h("td", {}, job.name || "–"), h("td", { class: "muted" }, job.id), h("td", {}, job.owner), h("td", {}, job.spec.model.name),
+        h("td", {}, job.name || "–", " ", labelChips(job)), h("td", { class: "muted" }, job.id), h("td", {}, job.owner), h("td", {}, job.spec.model.name),
         h("td", {}, stateBadge(job.state)), h("td", {}, `${job.epoch}/${job.spec.epochs} `, progressBar(job)),
         h("td", {}, job.metrics ? fmt(job.metrics.train_loss) : "–"), h("td", {}, age(job.created_at)), h("td", {}, job.worker || "–"))));
       const workers = (await (await api("/v1/workers")).json()).items;
@@ -168,7 +217,9 @@ function showJob(jobId) {
         h("dt", {}, "stop reason"), h("dd", {}, job.stop_reason || "–"),
         job.waiting_reason ? [h("dt", {}, "waiting"), h("dd", {}, job.waiting_reason)] : []),
       job.error ? h("p", { class: "error", id: "job-error" }, job.error) : "",
-      h("div", { class: "toolbar" }, canCancel ? h("button", { class: "danger", id: "cancel", onclick: cancel }, "Cancel job") : ""));
+      h("div", { class: "toolbar", id: "job-actions" },
+        canCancel ? h("button", { class: "danger", id: "cancel", onclick: cancel }, "Cancel job") : "",
+        TERMINAL.has(job.state) ? h("button", { class: "danger", id: "delete", onclick: confirmDelete }, "Delete job…") : ""));
     spec.textContent = JSON.stringify(job.spec, null, 2);
   }
 
@@ -198,6 +249,21 @@ function showJob(jobId) {
     try {
       job = await (await api(`/v1/jobs/${jobId}/cancel`, { method: "POST" })).json();
       renderHeader();
+    } catch (problem) { error.textContent = problem.message; }
+  }
+
+  // Deleting is for good (metrics, logs, checkpoint files): ask once more, in the page.
+  function confirmDelete() {
+    header.querySelector("#job-actions").replaceChildren(
+      h("span", { id: "delete-question" }, "Delete this job with its metrics, logs and checkpoint files? This cannot be undone. "),
+      h("button", { class: "danger", id: "delete-confirm", onclick: remove }, "Delete"),
+      h("button", { id: "delete-keep", onclick: renderHeader }, "Keep"));
+  }
+
+  async function remove() {
+    try {
+      await api(`/v1/jobs/${jobId}`, { method: "DELETE" });
+      location.hash = "#/";
     } catch (problem) { error.textContent = problem.message; }
   }
 
@@ -274,7 +340,8 @@ function route() {
   if (!token()) { showSignIn(); return; }
   document.getElementById("sign-out").hidden = false;
   const match = location.hash.match(/^#\/jobs\/([\w-]+)$/);
-  stopView = match ? showJob(match[1]) : showJobs();
+  const query = location.hash.startsWith("#/?") ? location.hash.slice(3) : "";
+  stopView = match ? showJob(match[1]) : showJobs(new URLSearchParams(query));
 }
 window.addEventListener("hashchange", route);
 route();

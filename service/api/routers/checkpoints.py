@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse
-from pydantic import BaseModel
 
+from trainjobs.contract.job import CheckpointInfo, CheckpointList
 from trainjobs.service import checkpoint_files, jobs
 from trainjobs.service.api.deps import State, bearer_scheme, unit_of_work
 from trainjobs.service.api.error_docs import errors
@@ -19,25 +17,12 @@ router = APIRouter(
 )
 
 
-class CheckpointOut(BaseModel):
-    id: str
-    epoch: int
-    size_bytes: int
-    sha256: str
-    is_best: bool
-    created_at: datetime
-
-
-class CheckpointList(BaseModel):
-    items: list[CheckpointOut]
-
-
 @router.get("", response_model=CheckpointList)
 def list_checkpoints(job_id: str, request: Request) -> CheckpointList:
     with unit_of_work(request) as work:
         job = jobs.get_visible(work.session, work.caller, job_id)
         rows = checkpoints.for_job(work.session, job.id)
-        return CheckpointList(items=[CheckpointOut.model_validate(row, from_attributes=True) for row in rows])
+        return CheckpointList(items=[CheckpointInfo.model_validate(row, from_attributes=True) for row in rows])
 
 
 @router.get(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
@@ -15,8 +15,6 @@ from trainjobs.service.api.error_docs import errors
 from trainjobs.service.sse import job_event_stream
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=errors(401, 404), dependencies=bearer_scheme)
-
-StateFilter = Literal["queued", "running", "cancelling", "succeeded", "failed", "cancelled"]
 
 
 @router.post(
@@ -41,15 +39,25 @@ def submit_job(
     return document
 
 
-@router.get("", response_model=JobPage)
+@router.get("", response_model=JobPage, responses=errors(403))
 def list_jobs(
     request: Request,
-    state: StateFilter | None = None,
+    state: Annotated[
+        str | None, Query(max_length=200, description="one state or several, comma-separated: queued,running")
+    ] = None,
+    label: Annotated[
+        list[str] | None,
+        Query(description="`k=v` keeps jobs labelled so, `k` any value of k; repeat for AND"),
+    ] = None,
+    name: Annotated[str | None, Query(max_length=128, description="a case-insensitive substring of the name")] = None,
+    owner: Annotated[str | None, Query(max_length=128, description="one owner's jobs (admins only)")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
-    cursor: str | None = None,
+    cursor: Annotated[str | None, Query(max_length=512)] = None,
 ) -> JobPage:
     with unit_of_work(request) as work:
-        return jobs.list_page(work.session, work.caller, state=state, limit=limit, cursor=cursor)
+        return jobs.list_page(
+            work.session, work.caller, states=state, labels=label, name=name, owner=owner, limit=limit, cursor=cursor
+        )
 
 
 @router.get("/{job_id}", response_model=JobDocument, responses={304: {"description": "unchanged since the ETag given"}})
@@ -117,6 +125,13 @@ def job_logs(
         media_type="text/plain; charset=utf-8",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
+
+
+@router.delete("/{job_id}", status_code=status.HTTP_204_NO_CONTENT, responses=errors(409))
+def delete_job(job_id: str, request: Request, state: State) -> Response:
+    with unit_of_work(request) as work:
+        jobs.delete(work.session, work.caller, job_id, state.checkpoint_store)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.post(

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel
 
-from trainjobs.contract.events import EpochMetrics
+from trainjobs.contract.job import MetricsList
 from trainjobs.service import jobs
 from trainjobs.service.api.deps import bearer_scheme, unit_of_work
 from trainjobs.service.api.error_docs import errors
@@ -14,10 +13,6 @@ from trainjobs.service.repositories import epoch_metrics
 router = APIRouter(
     prefix="/v1/jobs/{job_id}/metrics", tags=["metrics"], responses=errors(401, 404), dependencies=bearer_scheme
 )
-
-
-class MetricsList(BaseModel):
-    items: list[EpochMetrics]
 
 
 @router.get("", response_model=MetricsList)

@@ -3,31 +3,16 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel
 
+from trainjobs.contract.job import WorkerInfo, WorkerList
 from trainjobs.contract.workers import read_workers
 from trainjobs.service import fleet
 from trainjobs.service.api.deps import State, bearer_scheme, unit_of_work
 from trainjobs.service.api.error_docs import errors
 
 router = APIRouter(prefix="/v1/workers", tags=["workers"], responses=errors(401), dependencies=bearer_scheme)
-
-
-class WorkerOut(BaseModel):
-    hostname: str
-    device: str
-    slots: int
-    busy: int
-    jobs: list[str]
-    last_seen: datetime
-    lost: bool
-
-
-class WorkerList(BaseModel):
-    items: list[WorkerOut]
 
 
 @router.get("", response_model=WorkerList)
@@ -39,7 +24,7 @@ def list_workers(request: Request, state: State) -> WorkerList:
     now = time.time()
     return WorkerList(
         items=[
-            WorkerOut(
+            WorkerInfo(
                 hostname=w.hostname,
                 device=w.device,
                 slots=w.slots,
