@@ -1,20 +1,46 @@
-"""A small typed client for the trainjobs HTTP API (httpx, sync). The CLI is built on it."""
+"""Typed clients for the trainjobs HTTP API: `TrainJobsClient` (sync) and
+`AsyncTrainJobsClient` (httpx's async client, for async services that call this one). Both
+return the contract's pydantic models and raise `ApiError` subclasses carrying the status and the
+API's `detail`. The CLI is built on the sync one.
+
+    with TrainJobsClient("http://127.0.0.1:8000", token) as client:
+        job = client.submit(spec)
+        final = client.wait(job.id, timeout=600)
+        for job in client.iter_jobs(label=["team=speech"], state="failed"):
+            client.delete(job.id)
+
+Each call is described once (`_Call`: method, path, parameters, answer model); the two clients
+differ only in how they send it.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Generic, TypeVar
 
 import httpx
+from pydantic import BaseModel
+
+from trainjobs.contract.events import TERMINAL_STATES, EpochMetrics
+from trainjobs.contract.job import (
+    CheckpointInfo,
+    CheckpointList,
+    JobDocument,
+    JobPage,
+    MetricsList,
+    WorkerInfo,
+    WorkerList,
+)
 
 
 class ApiError(Exception):
-    """An error answer from the API; `detail` is its readable message."""
+    """An error answer from the API: `status`, and `detail`, its readable message."""
 
     def __init__(self, status: int, detail: str):
         super().__init__(f"{status}: {detail}")
@@ -30,6 +56,10 @@ class Unauthorized(ApiError):
     pass
 
 
+class Forbidden(ApiError):
+    pass
+
+
 class NotFound(ApiError):
     pass
 
@@ -42,41 +72,198 @@ class InvalidRequest(ApiError):
     pass
 
 
-_ERRORS = {401: Unauthorized, 404: NotFound, 409: Conflict, 413: InvalidRequest, 422: InvalidRequest}
+_ERRORS = {401: Unauthorized, 403: Forbidden, 404: NotFound, 409: Conflict, 413: InvalidRequest, 422: InvalidRequest}
 
 
 @dataclass(frozen=True)
 class Event:
     id: int
-    kind: str  # "state", "metrics" or "checkpoint"
+    kind: str  # "state", "metrics", "checkpoint" or "progress"
     data: dict[str, Any]
 
 
+AnswerT = TypeVar("AnswerT")
+
+
+@dataclass(frozen=True)
+class _Call(Generic[AnswerT]):
+    """One request and how to read its answer."""
+
+    method: str
+    path: str
+    read: Callable[[httpx.Response], AnswerT]
+    params: dict[str, Any] = field(default_factory=dict)
+    body: Any = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def _model(model: type[ModelT]) -> Callable[[httpx.Response], ModelT]:
+    return lambda response: model.model_validate_json(response.content)
+
+
+def _nothing(_response: httpx.Response) -> None:
+    return None
+
+
+def _text(response: httpx.Response) -> str:
+    return response.text
+
+
+def _job_filters(
+    state: str | Sequence[str] | None, label: str | Sequence[str] | None, name: str | None, owner: str | None
+) -> dict[str, Any]:
+    """Query parameters of GET /v1/jobs: `state` one state or several; `label` "k=v" or "k", one
+    or several (all must match)."""
+    params: dict[str, Any] = {}
+    if state:
+        params["state"] = state if isinstance(state, str) else ",".join(state)
+    if label:
+        params["label"] = [label] if isinstance(label, str) else list(label)
+    if name:
+        params["name"] = name
+    if owner:
+        params["owner"] = owner
+    return params
+
+
+class _Calls:
+    """Every call of the API, described once for both clients."""
+
+    @staticmethod
+    def submit(spec: dict[str, Any], idempotency_key: str | None) -> _Call[JobDocument]:
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        return _Call("POST", "/v1/jobs", _model(JobDocument), body=spec, headers=headers)
+
+    @staticmethod
+    def job(job_id: str) -> _Call[JobDocument]:
+        return _Call("GET", f"/v1/jobs/{job_id}", _model(JobDocument))
+
+    @staticmethod
+    def jobs(limit: int, cursor: str | None, filters: dict[str, Any]) -> _Call[JobPage]:
+        params = {**filters, "limit": limit, **({"cursor": cursor} if cursor else {})}
+        return _Call("GET", "/v1/jobs", _model(JobPage), params=params)
+
+    @staticmethod
+    def cancel(job_id: str) -> _Call[JobDocument]:
+        return _Call("POST", f"/v1/jobs/{job_id}/cancel", _model(JobDocument))
+
+    @staticmethod
+    def delete(job_id: str) -> _Call[None]:
+        return _Call("DELETE", f"/v1/jobs/{job_id}", _nothing)
+
+    @staticmethod
+    def metrics(job_id: str) -> _Call[MetricsList]:
+        return _Call("GET", f"/v1/jobs/{job_id}/metrics", _model(MetricsList))
+
+    @staticmethod
+    def checkpoints(job_id: str) -> _Call[CheckpointList]:
+        return _Call("GET", f"/v1/jobs/{job_id}/checkpoints", _model(CheckpointList))
+
+    @staticmethod
+    def workers() -> _Call[WorkerList]:
+        return _Call("GET", "/v1/workers", _model(WorkerList))
+
+    @staticmethod
+    def logs(job_id: str, tail: int | None) -> _Call[str]:
+        return _Call("GET", f"/v1/jobs/{job_id}/logs", _text, params={"tail": tail} if tail else {})
+
+
+def _answer(call: _Call[AnswerT], response: httpx.Response) -> AnswerT:
+    if response.status_code >= 400:
+        _raise_for(response)
+    return call.read(response)
+
+
+def _headers(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+WAIT_POLL_SECONDS = 1.0
+
+
 class TrainJobsClient:
+    """The API over httpx's sync client. A context manager; `close()` ends its connections."""
+
     def __init__(self, url: str, token: str | None, timeout: float = 30.0, give_up_after: float = 300.0):
         self.give_up_after = give_up_after  # seconds without an answer before events() stops trying
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=url.rstrip("/"), headers=headers, timeout=timeout)
+        self.http = httpx.Client(base_url=url.rstrip("/"), headers=_headers(token), timeout=timeout)
 
-    def submit(self, spec: dict[str, Any], idempotency_key: str | None = None) -> dict[str, Any]:
-        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
-        return self._json("POST", "/v1/jobs", json=spec, headers=headers)
+    def __enter__(self) -> TrainJobsClient:
+        return self
 
-    def job(self, job_id: str) -> dict[str, Any]:
-        return self._json("GET", f"/v1/jobs/{job_id}")
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
-    def jobs(self, state: str | None = None, limit: int = 50, cursor: str | None = None) -> dict[str, Any]:
-        params = {key: value for key, value in {"state": state, "limit": limit, "cursor": cursor}.items() if value}
-        return self._json("GET", "/v1/jobs", params=params)
+    def close(self) -> None:
+        self.http.close()
 
-    def cancel(self, job_id: str) -> dict[str, Any]:
-        return self._json("POST", f"/v1/jobs/{job_id}/cancel")
+    def _send(self, call: _Call[AnswerT]) -> AnswerT:
+        response = self.http.request(call.method, call.path, params=call.params, json=call.body, headers=call.headers)
+        return _answer(call, response)
+
+    def submit(self, spec: dict[str, Any], idempotency_key: str | None = None) -> JobDocument:
+        return self._send(_Calls.submit(spec, idempotency_key))
+
+    def job(self, job_id: str) -> JobDocument:
+        return self._send(_Calls.job(job_id))
+
+    def jobs(
+        self,
+        state: str | Sequence[str] | None = None,
+        label: str | Sequence[str] | None = None,
+        name: str | None = None,
+        owner: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> JobPage:
+        """One page of jobs, newest first; its `next_cursor` asks for the next."""
+        return self._send(_Calls.jobs(limit, cursor, _job_filters(state, label, name, owner)))
+
+    def iter_jobs(
+        self,
+        state: str | Sequence[str] | None = None,
+        label: str | Sequence[str] | None = None,
+        name: str | None = None,
+        owner: str | None = None,
+        page_size: int = 100,
+    ) -> Iterator[JobDocument]:
+        """Every matching job, newest first, fetching page after page as it is consumed."""
+        filters, cursor = _job_filters(state, label, name, owner), None
+        while True:
+            page = self._send(_Calls.jobs(page_size, cursor, filters))
+            yield from page.items
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def cancel(self, job_id: str) -> JobDocument:
+        return self._send(_Calls.cancel(job_id))
+
+    def delete(self, job_id: str) -> None:
+        """Delete an ended job with its metrics, events, logs and checkpoint files."""
+        self._send(_Calls.delete(job_id))
+
+    def wait(self, job_id: str, timeout: float | None = None, poll_seconds: float = WAIT_POLL_SECONDS) -> JobDocument:
+        """The job once it has ended; `TimeoutError` after `timeout` seconds. Polls with the
+        job's ETag, so an unchanged job costs the API a 304."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        job, etag = self._job_if_changed(job_id, None, None)
+        while job.state not in TERMINAL_STATES:
+            if deadline is not None and time.monotonic() + poll_seconds > deadline:
+                raise TimeoutError(f"job {job_id} is still {job.state} after {timeout} s")
+            time.sleep(poll_seconds)
+            job, etag = self._job_if_changed(job_id, job, etag)
+        return job
+
+    def _job_if_changed(self, job_id: str, job: JobDocument | None, etag: str | None) -> tuple[JobDocument, str | None]:
+        response = self.http.get(f"/v1/jobs/{job_id}", headers={"If-None-Match": etag} if etag else {})
+        return _changed(response, job, etag)
 
     def logs(self, job_id: str, tail: int | None = None) -> str:
-        response = self.http.get(f"/v1/jobs/{job_id}/logs", params={"tail": tail} if tail else None)
-        if response.status_code >= 400:
-            _raise_for(response)
-        return response.text
+        return self._send(_Calls.logs(job_id, tail))
 
     def follow_logs(self, job_id: str, tail: int | None = None) -> Iterator[str]:
         """The job's log lines so far (the last `tail` of each rank, if given), then each new
@@ -90,8 +277,14 @@ class TrainJobsClient:
                 _raise_for(response)
             yield from response.iter_lines()
 
-    def workers(self) -> list[dict[str, Any]]:
-        return self._items("/v1/workers")
+    def workers(self) -> list[WorkerInfo]:
+        return self._send(_Calls.workers()).items
+
+    def metrics(self, job_id: str) -> list[EpochMetrics]:
+        return self._send(_Calls.metrics(job_id)).items
+
+    def checkpoints(self, job_id: str) -> list[CheckpointInfo]:
+        return self._send(_Calls.checkpoints(job_id)).items
 
     def events(self, job_id: str, after: int = 0) -> Iterator[Event]:
         """The job's server-sent events from after `after`, until its terminal state.
@@ -125,12 +318,6 @@ class TrainJobsClient:
                 failures += 1
                 time.sleep(reconnect_delay(failures))
 
-    def metrics(self, job_id: str) -> list[dict[str, Any]]:
-        return self._items(f"/v1/jobs/{job_id}/metrics")
-
-    def checkpoints(self, job_id: str) -> list[dict[str, Any]]:
-        return self._items(f"/v1/jobs/{job_id}/checkpoints")
-
     def download_checkpoint(self, job_id: str, checkpoint_id: str, destination: Path) -> Path:
         with self.http.stream("GET", f"/v1/jobs/{job_id}/checkpoints/{checkpoint_id}") as response:
             if response.status_code != 200:
@@ -141,14 +328,102 @@ class TrainJobsClient:
                     file.write(chunk)
         return destination
 
-    def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
-        response = self.http.request(method, path, **kwargs)
-        if response.status_code >= 400:
-            _raise_for(response)
-        return cast(dict[str, Any], response.json())
 
-    def _items(self, path: str) -> list[dict[str, Any]]:
-        return cast(list[dict[str, Any]], self._json("GET", path)["items"])
+class AsyncTrainJobsClient:
+    """The same calls on httpx's async client: `async with AsyncTrainJobsClient(url, token) as
+    client: job = await client.wait(job_id)`."""
+
+    def __init__(self, url: str, token: str | None, timeout: float = 30.0):
+        self.http = httpx.AsyncClient(base_url=url.rstrip("/"), headers=_headers(token), timeout=timeout)
+
+    async def __aenter__(self) -> AsyncTrainJobsClient:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.http.aclose()
+
+    async def _send(self, call: _Call[AnswerT]) -> AnswerT:
+        response = await self.http.request(
+            call.method, call.path, params=call.params, json=call.body, headers=call.headers
+        )
+        return _answer(call, response)
+
+    async def submit(self, spec: dict[str, Any], idempotency_key: str | None = None) -> JobDocument:
+        return await self._send(_Calls.submit(spec, idempotency_key))
+
+    async def job(self, job_id: str) -> JobDocument:
+        return await self._send(_Calls.job(job_id))
+
+    async def jobs(
+        self,
+        state: str | Sequence[str] | None = None,
+        label: str | Sequence[str] | None = None,
+        name: str | None = None,
+        owner: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> JobPage:
+        return await self._send(_Calls.jobs(limit, cursor, _job_filters(state, label, name, owner)))
+
+    async def iter_jobs(
+        self,
+        state: str | Sequence[str] | None = None,
+        label: str | Sequence[str] | None = None,
+        name: str | None = None,
+        owner: str | None = None,
+        page_size: int = 100,
+    ) -> AsyncIterator[JobDocument]:
+        filters, cursor = _job_filters(state, label, name, owner), None
+        while True:
+            page = await self._send(_Calls.jobs(page_size, cursor, filters))
+            for job in page.items:
+                yield job
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    async def cancel(self, job_id: str) -> JobDocument:
+        return await self._send(_Calls.cancel(job_id))
+
+    async def delete(self, job_id: str) -> None:
+        await self._send(_Calls.delete(job_id))
+
+    async def wait(
+        self, job_id: str, timeout: float | None = None, poll_seconds: float = WAIT_POLL_SECONDS
+    ) -> JobDocument:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        job, etag = _changed(await self.http.get(f"/v1/jobs/{job_id}"), None, None)
+        while job.state not in TERMINAL_STATES:
+            if deadline is not None and time.monotonic() + poll_seconds > deadline:
+                raise TimeoutError(f"job {job_id} is still {job.state} after {timeout} s")
+            await asyncio.sleep(poll_seconds)
+            response = await self.http.get(f"/v1/jobs/{job_id}", headers={"If-None-Match": etag} if etag else {})
+            job, etag = _changed(response, job, etag)
+        return job
+
+    async def logs(self, job_id: str, tail: int | None = None) -> str:
+        return await self._send(_Calls.logs(job_id, tail))
+
+    async def workers(self) -> list[WorkerInfo]:
+        return (await self._send(_Calls.workers())).items
+
+    async def metrics(self, job_id: str) -> list[EpochMetrics]:
+        return (await self._send(_Calls.metrics(job_id))).items
+
+    async def checkpoints(self, job_id: str) -> list[CheckpointInfo]:
+        return (await self._send(_Calls.checkpoints(job_id))).items
+
+
+def _changed(response: httpx.Response, job: JobDocument | None, etag: str | None) -> tuple[JobDocument, str | None]:
+    """A poll's answer: the new document and ETag, or the ones we had on a 304."""
+    if response.status_code == 304 and job is not None:
+        return job, etag
+    if response.status_code >= 400:
+        _raise_for(response)
+    return JobDocument.model_validate_json(response.content), response.headers.get("ETag")
 
 
 RECONNECT_BASE_SECONDS = 0.25
