@@ -1,4 +1,10 @@
-"""The `trainjobs` command: run the service's parts, and talk to a running one over HTTP."""
+# PYTHON_ARGCOMPLETE_OK
+"""The `trainjobs` command: run the service's parts, and talk to a running one over HTTP.
+
+Exit codes: 0 ok; 1 the job failed or was cancelled (`--watch`, `watch`), or the command failed;
+2 a usage or input error (bad arguments, an unreadable or invalid spec, a 4xx answer); 3 the API
+was unreachable or answered 5xx; 130 interrupted.
+"""
 
 from __future__ import annotations
 
@@ -9,18 +15,25 @@ import shutil
 import subprocess
 import sys
 import unicodedata
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import httpx
 from pydantic import ValidationError
 
 from trainjobs.client import ApiError, TrainJobsClient, Unreachable
 
+EXIT_FAILED = 1  # the job failed or was cancelled; or the command could not do its work
+EXIT_USAGE = 2  # bad arguments or input (argparse exits 2 too), or the API refused the request (4xx)
 EXIT_API_DOWN = 3  # the API did not answer, or answered 5xx
+EXIT_INTERRUPTED = 130
+DEFAULT_URL = "http://127.0.0.1:8000"
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = _parser()
+    _enable_completion(parser)
     args = parser.parse_args(argv)
     if not hasattr(args, "handler"):
         parser.print_help()
@@ -39,17 +52,36 @@ def main(argv: list[str] | None = None) -> None:
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, item['loc'])) or 'spec'}: {item['msg']}" for item in error.errors())
         print(f"error: invalid spec: {problems}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
     except ApiError as error:
         print(f"error: {error.detail} (HTTP {error.status})", file=sys.stderr)
-        sys.exit(EXIT_API_DOWN if error.status >= 500 else 1)
+        sys.exit(EXIT_API_DOWN if error.status >= 500 else EXIT_USAGE)
     except (httpx.HTTPError, Unreachable) as error:
-        print(f"error: cannot reach {args.url if hasattr(args, 'url') else 'the API'}: {error}", file=sys.stderr)
+        print(f"error: cannot reach {_url(args)}: {error}", file=sys.stderr)
         sys.exit(EXIT_API_DOWN)
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-    sys.exit(1)
+        sys.exit(EXIT_INTERRUPTED)
+    sys.exit(EXIT_FAILED)
+
+
+class UsageError(ValueError):
+    """The command line or its input is wrong (exit code 2)."""
+
+
+def _enable_completion(parser: argparse.ArgumentParser) -> None:
+    """Shell completion: `eval "$(register-python-argcomplete trainjobs)"` (README). A no-op unless
+    the shell asks for completions."""
+    try:
+        import argcomplete
+    except ModuleNotFoundError:  # pragma: no cover - a base dependency, but completion is optional
+        return
+    argcomplete.autocomplete(parser)
 
 
 class _Commands:
@@ -63,14 +95,8 @@ class _Commands:
         sub = self.commands.add_parser(name, help=help_, description=help_)
         sub.set_defaults(handler=handler, extra=extra)
         if client:
-            sub.add_argument(
-                "--url",
-                default=os.environ.get("TRAINJOBS_URL", "http://127.0.0.1:8000"),
-                help="API address [$TRAINJOBS_URL or http://127.0.0.1:8000]",
-            )
-            sub.add_argument(
-                "--token", default=os.environ.get("TRAINJOBS_TOKEN"), help="bearer token [$TRAINJOBS_TOKEN]"
-            )
+            # Also accepted before the command (`trainjobs --url U jobs`); given here, they win.
+            _add_connection_options(sub, default=argparse.SUPPRESS)
             sub.add_argument(
                 "--give-up-after",
                 type=float,
@@ -84,8 +110,17 @@ class _Commands:
         return self.commands.add_parser(name, help=help_).add_subparsers(metavar="ACTION")
 
 
+def _add_connection_options(parser: argparse.ArgumentParser, default: Any) -> None:
+    parser.add_argument("--url", default=default, help=f"API address [$TRAINJOBS_URL or {DEFAULT_URL}]")
+    parser.add_argument("--token", default=default, help="bearer token [$TRAINJOBS_TOKEN]")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="trainjobs", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="trainjobs", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--version", action="version", version=f"trainjobs {_version()}")
+    _add_connection_options(parser, default=None)
     commands = _Commands(parser)
     _service_commands(commands)
     _worker_commands(commands)
@@ -151,6 +186,17 @@ def _worker_commands(commands: _Commands) -> None:
     pack.set_defaults(handler=_data_pack, extra="worker")
 
 
+def _version() -> str:
+    try:
+        return metadata.version("trainjobs")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _add_json(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the API's JSON instead of a table, for scripts")
+
+
 def _client_commands(commands: _Commands) -> None:
     submit = commands.add("submit", _submit, "submit a job spec (JSON or YAML); prints the job id", client=True)
     submit.add_argument("spec", type=Path)
@@ -158,15 +204,30 @@ def _client_commands(commands: _Commands) -> None:
         "--watch", action="store_true", help="follow the job until it ends; exit 0 only if it succeeded"
     )
     submit.add_argument("--idempotency-key")
+    _add_json(submit)
 
-    commands.add("jobs", _jobs, "list jobs, newest first", client=True).add_argument("--state")
-    for name, handler, help_ in (
-        ("status", _status, "print a job as JSON"),
-        ("watch", _watch, "follow a job with a progress bar until it ends; exit 0 only if it succeeded"),
-        ("cancel", _cancel, "cancel a job (a running one has its ranks ended)"),
-        ("metrics", _metrics, "print a job's per-epoch metrics"),
+    jobs = commands.add("jobs", _jobs, "list jobs, newest first (the first 50 unless --all)", client=True)
+    jobs.add_argument("--state", help="one state or several, comma-separated: queued,running")
+    jobs.add_argument(
+        "--label", action="append", metavar="K=V", help="jobs labelled K=V (or K alone: any value); repeat for AND"
+    )
+    jobs.add_argument("--name", help="a case-insensitive substring of the job's name")
+    jobs.add_argument("--owner", help="one owner's jobs (admins only)")
+    jobs.add_argument("--all", action="store_true", help="follow the pages to the end")
+    jobs.add_argument("--limit", type=int, default=50, help="jobs per page (1-500) [50]")
+    _add_json(jobs)
+
+    for name, handler, help_, with_json in (
+        ("status", _status, "print a job as JSON", True),
+        ("watch", _watch, "follow a job with a progress bar until it ends; exit 0 only if it succeeded", False),
+        ("cancel", _cancel, "cancel a job (a running one has its ranks ended)", False),
+        ("metrics", _metrics, "print a job's per-epoch metrics", True),
+        ("delete", _delete, "delete an ended job with its metrics, logs and checkpoint files", False),
     ):
-        commands.add(name, handler, help_, client=True).add_argument("job_id")
+        command = commands.add(name, handler, help_, client=True)
+        command.add_argument("job_id")
+        if with_json:
+            _add_json(command)
     logs = commands.add("logs", _logs, "print every rank's output, lines prefixed [rank N]", client=True)
     logs.add_argument("job_id")
     logs.add_argument("--tail", type=int, help="the last N lines of each rank")
@@ -298,17 +359,29 @@ def _up(args) -> None:
 # ---- client commands --------------------------------------------------------------------------
 
 
+def _url(args) -> str:
+    return getattr(args, "url", None) or os.environ.get("TRAINJOBS_URL") or DEFAULT_URL
+
+
 def _client(args) -> TrainJobsClient:
-    if not args.token:
-        raise ValueError("no token: pass --token or set TRAINJOBS_TOKEN")
-    return TrainJobsClient(args.url, args.token, give_up_after=args.give_up_after)
+    token = getattr(args, "token", None) or os.environ.get("TRAINJOBS_TOKEN")
+    if not token:
+        raise UsageError("no token: pass --token or set TRAINJOBS_TOKEN")
+    return TrainJobsClient(_url(args), token, give_up_after=args.give_up_after)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2))
 
 
 def _read_spec(path: Path) -> dict:
-    text = path.read_text()
-    if path.suffix in (".yaml", ".yml"):
-        return yaml_spec(text)
-    return json.loads(text)
+    try:
+        text = path.read_text()
+        if path.suffix in (".yaml", ".yml"):
+            return yaml_spec(text)
+        return json.loads(text)
+    except (OSError, ValueError) as error:  # json's errors are ValueErrors; yaml_spec turns yaml's into one
+        raise UsageError(f"cannot read the spec {path}: {error}") from None
 
 
 def yaml_spec(text: str) -> dict:
@@ -331,26 +404,49 @@ def yaml_spec(text: str) -> dict:
     for first in "-+0123456789":
         resolvers = Yaml12Loader.yaml_implicit_resolvers.setdefault(first, [])
         resolvers.sort(key=lambda item: item[0] != "tag:yaml.org,2002:int")
-    loaded = yaml.load(text, Loader=Yaml12Loader)
+    try:
+        loaded = yaml.load(text, Loader=Yaml12Loader)
+    except yaml.YAMLError as error:  # one line: where, and what
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ValueError(f"not YAML{where}: {getattr(error, 'problem', None) or error}") from None
     if not isinstance(loaded, dict):
         raise ValueError("a spec file holds one mapping of fields")
     return loaded
 
 
 def _submit(args) -> int:
-    client = _client(args)
-    job = client.submit(_read_spec(args.spec), args.idempotency_key)
-    print(job["id"], flush=True)
-    return _follow(client, job["id"]) if args.watch else 0
+    spec = _read_spec(args.spec)
+    with _client(args) as client:
+        job = client.submit(spec, args.idempotency_key)
+        if args.json:
+            if args.watch:
+                job = client.wait(job.id)
+            _print_json(job.model_dump(mode="json"))
+            return 0 if job.state == "succeeded" or not args.watch else EXIT_FAILED
+        print(job.id, flush=True)
+        return _follow(client, job.id) if args.watch else 0
 
 
 def _jobs(args) -> None:
-    page = _client(args).jobs(state=args.state)
-    print(f"{'ID':<18} {'STATE':<10} {'EPOCH':>9} {'MODEL':<10} {'NAME'}")
-    for job in page["items"]:
-        epochs = f"{job['epoch']}/{job['spec']['epochs']}"
-        name = printable(job["name"] or "")
-        print(f"{job['id']:<18} {job['state']:<10} {epochs:>9} {job['spec']['model']['name']:<10} {name}")
+    filters = {"state": args.state, "label": args.label, "name": args.name, "owner": args.owner}
+    with _client(args) as client:
+        if args.all:
+            jobs, next_cursor = list(client.iter_jobs(**filters, page_size=args.limit)), None
+        else:
+            page = client.jobs(**filters, limit=args.limit)
+            jobs, next_cursor = page.items, page.next_cursor
+    if args.json:
+        _print_json({"items": [job.model_dump(mode="json") for job in jobs], "next_cursor": next_cursor})
+        return
+    print(f"{'ID':<18} {'STATE':<10} {'EPOCH':>9} {'MODEL':<10} {'NAME':<24} LABELS")
+    for job in jobs:
+        epochs = f"{job.epoch}/{job.spec['epochs']}"
+        name = printable(job.name or "")
+        labels = printable(",".join(f"{key}={value}" for key, value in job.spec.get("labels", {}).items()))
+        print(f"{job.id:<18} {job.state:<10} {epochs:>9} {job.spec['model']['name']:<10} {name:<24} {labels}")
+    if next_cursor:
+        print("(more jobs: --all lists every one)", file=sys.stderr)
 
 
 def printable(text: str) -> str:
@@ -362,20 +458,33 @@ def printable(text: str) -> str:
 
 
 def _status(args) -> None:
-    print(json.dumps(_client(args).job(args.job_id), indent=2))
+    with _client(args) as client:
+        _print_json(client.job(args.job_id).model_dump(mode="json"))
 
 
 def _watch(args) -> int:
-    return _follow(_client(args), args.job_id)
+    with _client(args) as client:
+        return _follow(client, args.job_id)
 
 
 def _cancel(args) -> None:
-    job = _client(args).cancel(args.job_id)
-    print(f"{job['id']} {job['state']}")
+    with _client(args) as client:
+        job = client.cancel(args.job_id)
+    print(f"{job.id} {job.state}")
+
+
+def _delete(args) -> None:
+    with _client(args) as client:
+        client.delete(args.job_id)
+    print(f"deleted {args.job_id}")
 
 
 def _logs(args) -> None:
-    client = _client(args)
+    with _client(args) as client:
+        _print_logs(client, args)
+
+
+def _print_logs(client: TrainJobsClient, args) -> None:
     if not args.follow:
         sys.stdout.write(client.logs(args.job_id, args.tail))
         return
@@ -384,7 +493,11 @@ def _logs(args) -> None:
 
 
 def _metrics(args) -> None:
-    rows = _client(args).metrics(args.job_id)
+    with _client(args) as client:
+        rows = [row.model_dump(mode="json") for row in client.metrics(args.job_id)]
+    if args.json:
+        _print_json({"items": rows})
+        return
     print(
         f"{'EPOCH':>5} {'TRAIN_LOSS':>11} {'VAL_LOSS':>10} {'VAL_ACC':>8} {'LR':>10} {'SECONDS':>8} {'SAMPLES/S':>10}"
     )
@@ -399,7 +512,7 @@ def _metrics(args) -> None:
 def _follow(client: TrainJobsClient, job_id: str) -> int:
     """Follow the job's event stream with a progress line; exit status 0 only for success."""
     progress = Progress(sys.stdout.isatty())
-    job = client.job(job_id)
+    job = client.job(job_id).model_dump(mode="json")
     progress.show(job)
     for event in client.events(job_id):
         if event.kind == "state":

@@ -5,12 +5,16 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 
 from tests.harness import tiny_wavenet_spec
 
@@ -60,17 +64,17 @@ def test_errors_are_one_readable_line(stack_on, sqlite_url, tmp_path):
     stack = stack_on(sqlite_url)
     token = stack.token("cli")
     missing = trainjobs(stack, token, "status", "j0000000000000000")
-    assert missing.returncode == 1
+    assert missing.returncode == 2
     assert missing.stderr.strip() == "error: job j0000000000000000 not found (HTTP 404)"
 
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(tiny_wavenet_spec(gpus=0)))
     refused = trainjobs(stack, token, "submit", str(bad))
-    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
     assert "gpus" in refused.stderr and "Traceback" not in refused.stderr
 
     unauthorised = trainjobs(stack, "tj_wrong", "jobs")
-    assert unauthorised.returncode == 1 and unauthorised.stderr.strip() == "error: invalid or revoked token (HTTP 401)"
+    assert unauthorised.returncode == 2 and unauthorised.stderr.strip() == "error: invalid or revoked token (HTTP 401)"
 
     unreachable = subprocess.run(
         [TRAINJOBS, "jobs", "--url", "http://127.0.0.1:9", "--token", token], capture_output=True, text=True, timeout=60
@@ -182,3 +186,150 @@ def _answers(url: str) -> bool:
         return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+# ---- for scripts: --json, --all, filters, delete, exit codes -----------------------------------
+
+
+def test_json_output_parses_and_matches_the_api(stack_on, sqlite_url, tmp_path):
+    stack = stack_on(sqlite_url, with_worker=False)
+    token = stack.token("cli")
+    api = stack.client(token)
+    spec_file = tmp_path / "job.yaml"
+    spec_file.write_text(yaml.safe_dump(tiny_wavenet_spec(name="json-run", labels={"team": "speech"})))
+    submitted = trainjobs(stack, token, "submit", str(spec_file), "--json")
+    assert submitted.returncode == 0, submitted.stderr
+    job = json.loads(submitted.stdout)
+    assert job == api.get(f"/v1/jobs/{job['id']}").json()
+    assert job["spec"]["labels"] == {"team": "speech"} and job["name"] == "json-run"
+
+    status = trainjobs(stack, token, "status", job["id"], "--json")
+    assert json.loads(status.stdout) == api.get(f"/v1/jobs/{job['id']}").json()
+    listed = trainjobs(stack, token, "jobs", "--json", "--label", "team=speech")
+    assert json.loads(listed.stdout) == api.get("/v1/jobs", params={"label": "team=speech"}).json()
+    metrics = trainjobs(stack, token, "metrics", job["id"], "--json")
+    assert json.loads(metrics.stdout) == api.get(f"/v1/jobs/{job['id']}/metrics").json() == {"items": []}
+
+
+def test_jobs_all_follows_every_page_and_filters_as_the_api(stack_on, sqlite_url):
+    stack = stack_on(sqlite_url, with_worker=False)
+    token = stack.token("cli")
+    api = stack.client(token)
+    speech = [
+        api.post("/v1/jobs", json=tiny_wavenet_spec(name=f"asr-{i}", labels={"team": "speech", "sweep": "1"})).json()
+        for i in range(5)
+    ]
+    api.post("/v1/jobs", json=tiny_wavenet_spec(name="vision", labels={"team": "vision"}))
+    api.post(f"/v1/jobs/{speech[0]['id']}/cancel")
+
+    everything = json.loads(trainjobs(stack, token, "jobs", "--all", "--limit", "2", "--json").stdout)
+    assert len(everything["items"]) == 6 and everything["next_cursor"] is None
+    one_page = json.loads(trainjobs(stack, token, "jobs", "--limit", "2", "--json").stdout)
+    assert len(one_page["items"]) == 2 and one_page["next_cursor"]
+
+    filtered = trainjobs(
+        stack,
+        token,
+        "jobs",
+        "--all",
+        "--limit",
+        "2",
+        "--label",
+        "team=speech",
+        "--label",
+        "sweep",
+        "--state",
+        "queued,running",
+        "--name",
+        "ASR",
+        "--json",
+    )
+    assert [job["id"] for job in json.loads(filtered.stdout)["items"]] == [job["id"] for job in reversed(speech[1:])]
+    table = trainjobs(stack, token, "jobs", "--label", "team=vision")
+    assert table.returncode == 0 and len(table.stdout.splitlines()) == 2 and "team=vision" in table.stdout
+
+
+def test_delete_version_and_options_before_the_command(stack_on, sqlite_url):
+    stack = stack_on(sqlite_url, with_worker=False)
+    token = stack.token("cli")
+    api = stack.client(token)
+    job_id = api.post("/v1/jobs", json=tiny_wavenet_spec()).json()["id"]
+    still_queued = subprocess.run(
+        [TRAINJOBS, "--url", stack.url, "--token", token, "delete", job_id], capture_output=True, text=True, timeout=60
+    )
+    assert still_queued.returncode == 2 and "queued" in still_queued.stderr
+    api.post(f"/v1/jobs/{job_id}/cancel")
+    deleted = subprocess.run(
+        [TRAINJOBS, "--url", stack.url, "--token", token, "delete", job_id], capture_output=True, text=True, timeout=60
+    )
+    assert deleted.returncode == 0 and deleted.stdout.strip() == f"deleted {job_id}"
+    assert api.get(f"/v1/jobs/{job_id}").status_code == 404
+
+    version = subprocess.run([TRAINJOBS, "--version"], capture_output=True, text=True, timeout=60)
+    from importlib.metadata import version as installed
+
+    assert version.returncode == 0 and version.stdout.strip() == f"trainjobs {installed('trainjobs')}"
+
+
+class AnswersBadGateway(BaseHTTPRequestHandler):
+    """What a proxy in front of an API that is down answers."""
+
+    def do_GET(self):
+        self.send_response(502)
+        self.send_header("Content-Type", "application/json")
+        self.end_headers()
+        self.wfile.write(b'{"detail": "bad gateway"}')
+
+    def log_message(self, *args):
+        pass
+
+
+def test_each_exit_code(stack_on, sqlite_url, tmp_path):
+    stack = stack_on(sqlite_url, with_worker=False)
+    token = stack.token("cli")
+    api = stack.client(token)
+    job_id = api.post("/v1/jobs", json=tiny_wavenet_spec()).json()["id"]
+
+    assert trainjobs(stack, token, "status", job_id).returncode == 0
+    api.post(f"/v1/jobs/{job_id}/cancel")
+    watched = trainjobs(stack, token, "watch", job_id)
+    assert watched.returncode == 1 and "cancelled" in watched.stdout  # the job did not succeed
+
+    usage = trainjobs(stack, token, "jobs", "--no-such-option")
+    assert usage.returncode == 2 and "usage:" in usage.stderr
+    no_file = trainjobs(stack, token, "submit", str(tmp_path / "missing.yaml"))
+    assert no_file.returncode == 2 and no_file.stderr.count("\n") == 1 and "missing.yaml" in no_file.stderr
+    (tmp_path / "broken.yaml").write_text("epochs: [1\n")
+    broken = trainjobs(stack, token, "submit", str(tmp_path / "broken.yaml"))
+    assert broken.returncode == 2 and broken.stderr.count("\n") == 1
+    assert trainjobs(stack, token, "status", "jnosuchjob").returncode == 2
+    no_token = subprocess.run(
+        [TRAINJOBS, "--url", stack.url, "jobs"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={k: v for k, v in os.environ.items() if k != "TRAINJOBS_TOKEN"},
+    )
+    assert no_token.returncode == 2 and "token" in no_token.stderr
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), AnswersBadGateway)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        bad_gateway = subprocess.run(
+            [TRAINJOBS, "--url", f"http://127.0.0.1:{server.server_port}", "--token", token, "jobs"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        server.shutdown()
+    assert bad_gateway.returncode == 3 and "HTTP 502" in bad_gateway.stderr
+
+
+def test_shell_completion_offers_the_commands(stack_on):
+    env = dict(os.environ, _ARGCOMPLETE="1", _ARGCOMPLETE_IFS="\n", COMP_LINE="trainjobs de", COMP_POINT="12")
+    with tempfile.NamedTemporaryFile("r") as out:
+        env["_ARGCOMPLETE_STDOUT_FILENAME"] = out.name
+        subprocess.run([TRAINJOBS], env=env, capture_output=True, timeout=60)
+        offered = out.read().split()
+    assert offered == ["delete"]
