@@ -11,7 +11,7 @@ from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.harness import tiny_wavenet_spec, wait_for_terminal, wait_until
 
@@ -108,3 +108,71 @@ def test_sign_in_watch_a_job_s_curve_grow_and_cancel_from_the_page(stack_on, sql
     ended = wait_for_terminal(client, long_id, timeout=30)
     assert (ended["state"], ended["stop_reason"]) == ("cancelled", "cancelled")
     wait.until(lambda b: "cancelled" in b.find_element(By.ID, "job-header").text)
+
+
+def shown_jobs(browser) -> list[str]:
+    return browser.execute_script(
+        "return [...document.querySelectorAll('#jobs tr.job-row')].map((row) => row.dataset.job);"
+    )
+
+
+def test_filter_load_more_label_chips_and_delete_behind_a_confirmation(stack_on, sqlite_url, browser):
+    stack = stack_on(sqlite_url, with_worker=False)
+    token = stack.token("alice")
+    client = stack.client(token)
+    made = []
+    for i in range(56):
+        labels = {"team": "vision" if i % 7 == 0 else "speech", "sweep": str(i % 2)}
+        made.append(client.post("/v1/jobs", json=tiny_wavenet_spec(name=f"run-{i:02d}", labels=labels)).json())
+    cancelled = [job["id"] for job in made[::10]]
+    for job_id in cancelled:
+        client.post(f"/v1/jobs/{job_id}/cancel")
+    newest_first = [job["id"] for job in reversed(made)]
+    wait = WebDriverWait(browser, 30, poll_frequency=0.2, ignored_exceptions=[StaleElementReferenceException])
+
+    browser.get(stack.url + "/ui/")
+    browser.execute_script("sessionStorage.setItem('trainjobs-token', arguments[0]);", token)
+    browser.get(stack.url + "/ui/#/")
+    wait.until(lambda b: len(shown_jobs(b)) == 50)
+    assert shown_jobs(browser) == newest_first[:50]
+    browser.find_element(By.ID, "load-more").click()
+    wait.until(lambda b: shown_jobs(b) == newest_first and not b.find_element(By.ID, "load-more").is_displayed())
+
+    # A label filter, then a state on top of it.
+    labels = browser.find_element(By.ID, "label-filter")
+    labels.send_keys("team=vision")
+    labels.submit()
+    vision = [job["id"] for job in reversed(made) if job["spec"]["labels"]["team"] == "vision"]
+    wait.until(lambda b: shown_jobs(b) == vision)
+    assert browser.current_url.endswith("#/?label=team%3Dvision")  # the filters are in the address, to share
+    Select(browser.find_element(By.ID, "state-filter")).select_by_value("cancelled")
+    wait.until(lambda b: shown_jobs(b) == [job_id for job_id in vision if job_id in cancelled])
+
+    # A chip adds its label to the filter; the name filter narrows by substring.
+    browser.get(stack.url + "/ui/#/?name=RUN-1")
+    named = [job["id"] for job in reversed(made) if job["name"].startswith("run-1")]
+    wait.until(lambda b: shown_jobs(b) == named)
+    chip = next(c for c in browser.find_elements(By.CSS_SELECTOR, "#jobs .chip") if c.text == "sweep=1")
+    chip.click()
+    wait.until(
+        lambda b: (
+            shown_jobs(b)
+            == [j["id"] for j in reversed(made) if j["id"] in named and j["spec"]["labels"]["sweep"] == "1"]
+        )
+    )
+
+    # Delete a finished job from its page, after saying yes once more.
+    doomed = cancelled[0]
+    browser.get(f"{stack.url}/ui/#/jobs/{doomed}")
+    wait.until(lambda b: b.find_element(By.ID, "delete").click() or True)
+    wait.until(lambda b: b.find_element(By.ID, "delete-keep").click() or True)  # changed our mind
+    assert client.get(f"/v1/jobs/{doomed}").status_code == 200
+    wait.until(lambda b: b.find_element(By.ID, "delete").click() or True)
+    assert "cannot be undone" in wait.until(lambda b: b.find_element(By.ID, "delete-question")).text
+    browser.find_element(By.ID, "delete-confirm").click()
+    wait.until(lambda b: b.current_url.endswith("#/") and len(shown_jobs(b)) == 50)
+    assert client.get(f"/v1/jobs/{doomed}").status_code == 404 and doomed not in shown_jobs(browser)
+    # A job that has not ended offers no delete.
+    browser.get(f"{stack.url}/ui/#/jobs/{made[-1]['id']}")
+    wait.until(lambda b: "queued" in b.find_element(By.ID, "job-header").text)
+    assert browser.find_elements(By.ID, "delete") == []
