@@ -1,5 +1,6 @@
 """The API process's background work, on one thread: the collector, and every few seconds the
-reaper (lost workers' jobs), the waiting-reason check and the outbox sweeper. Each step is guarded
+reaper (lost workers' jobs), the waiting-reason check, the outbox sweeper and (each minute, when
+`TRAINJOBS_RETENTION_DAYS` is set) the retention sweep. Each step is guarded
 on its own, so one that fails never stops the others; the collector backs off (capped) while SQL
 or Redis is away."""
 
@@ -15,20 +16,28 @@ import redis
 from sqlalchemy.orm import Session, sessionmaker
 
 from trainjobs.contract.workers import live_workers
-from trainjobs.service import dispatch, reaper
+from trainjobs.service import dispatch, reaper, retention
 from trainjobs.service.collector import EventCollector
 from trainjobs.settings import Settings
+from trainjobs.store import CheckpointStore
 
 log = logging.getLogger(__name__)
 
 EXPLAIN_EVERY_SECONDS = 5.0
+RETENTION_EVERY_SECONDS = 60.0
 
 
 class BackgroundLoop:
     def __init__(
-        self, settings: Settings, sessions: sessionmaker[Session], dispatcher: dispatch.Dispatcher, client: redis.Redis
+        self,
+        settings: Settings,
+        sessions: sessionmaker[Session],
+        dispatcher: dispatch.Dispatcher,
+        client: redis.Redis,
+        store: CheckpointStore,
     ):
         self.settings = settings
+        self.store = store
         self.sessions = sessions
         self.dispatcher = dispatcher
         self.redis = client  # the API process's one Redis client
@@ -44,6 +53,7 @@ class BackgroundLoop:
         )
         self._last_fleet: list[tuple[str, int]] | None = None
         self._next_explain = 0.0
+        self._next_retention = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="trainjobs-background", daemon=True)
 
@@ -61,6 +71,15 @@ class BackgroundLoop:
         self._guarded("reap", lambda: reaper.requeue_lost_jobs(self.sessions, settings.max_attempts))
         self._guarded("explain", self._explain_waiting)
         self._guarded("dispatch", lambda: dispatch.sweep(self.dispatcher, settings.outbox_grace_seconds))
+        self._guarded("retention", self._apply_retention)
+
+    def _apply_retention(self) -> None:
+        days = self.settings.retention_days
+        if days is None or time.monotonic() < self._next_retention:
+            return
+        deleted = retention.delete_expired(self.sessions, self.store, days)
+        # A full batch means more are due: go on at the next sweep.
+        self._next_retention = time.monotonic() + (0.0 if deleted >= retention.BATCH else RETENTION_EVERY_SECONDS)
 
     def _explain_waiting(self) -> None:
         settings = self.settings

@@ -85,18 +85,23 @@ def delete(session: Session, principal: Principal, job_id: str, store: Checkpoin
     failed commit must not leave a job whose files are gone).
 
     A queued job that names one of its checkpoints (`resume_from`, `init_from`) has not read it
-    yet: the delete waits for it (409). A running one has, and continues; docs/api.md says what
-    happens to it if it is taken up again before its own first checkpoint."""
+    yet: the delete waits for it (409). A running one has, and continues; README ("Deleting") says
+    what happens to it if it is taken up again before its own first checkpoint."""
     job = get_visible(session, principal, job_id)
     locked = jobs.get(session, job.id, for_update=True)
     assert locked is not None  # visible a moment ago, in this transaction
-    waiting = jobs.queued_starting_from(session, [row.id for row in checkpoints.for_job(session, job.id)])
+    waiting = queued_starting_from(session, job)
     if waiting:
         visible = next((other.id for other in waiting if principal.can_see(other.owner)), None)
         who = f"job {visible}" if visible else "a job of another owner"
         raise Conflict(f"{who} is queued to start from a checkpoint of job {job.id}: delete it once that has started")
     lifecycle.delete(session, locked)
     on_commit(session, lambda: remove_files(store, job_id))
+
+
+def queued_starting_from(session: Session, job: JobRow) -> list[JobRow]:
+    """Queued jobs that will start from one of `job`'s checkpoints (and have not read it yet)."""
+    return jobs.queued_starting_from(session, [row.id for row in checkpoints.for_job(session, job.id)])
 
 
 def remove_files(store: CheckpointStore, job_id: str) -> None:
@@ -178,8 +183,7 @@ def _parse_labels(labels: list[str]) -> tuple[tuple[str, str | None], ...]:
         if key in parsed and parsed[key] != (value if has_value else None):
             raise InvalidRequest("label", f"{key!r} is asked for twice with different values", "query")
         parsed[key] = value if has_value else None
-    # A key with a value narrows more than a key alone: let it drive the query.
-    return tuple(sorted(parsed.items(), key=lambda item: item[1] is None))
+    return tuple(parsed.items())
 
 
 def _encode_cursor(job: JobRow) -> str:

@@ -75,6 +75,12 @@ class Settings(BaseSettings):
     api_docs: bool = Field(False, description="serve Swagger's /docs page (its scripts come from a CDN)")
     cors_origins: str = Field("", description="comma-separated origins a dashboard may call the API from [none]")
     run_background: bool = Field(True, description="run the collector and sweeper inside the API process")
+    retention_days: float | None = Field(
+        None,
+        gt=0.0,
+        description="delete ended jobs (with their metrics, logs and checkpoint files) this many days after "
+        "they finished, in the background sweep [off]",
+    )
 
     @field_validator("database_url")
     @classmethod

@@ -51,7 +51,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(_app: FastAPI):
         # The limiter belongs to the running event loop, so it is set here, not at import.
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
-        loop = BackgroundLoop(settings, sessions, state.dispatcher, state.redis) if settings.run_background else None
+        loop = (
+            BackgroundLoop(settings, sessions, state.dispatcher, state.redis, state.checkpoint_store)
+            if settings.run_background
+            else None
+        )
         if loop:
             loop.start()
         yield

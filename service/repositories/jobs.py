@@ -43,7 +43,7 @@ def page(session: Session, where: JobFilter, limit: int, after: tuple[datetime, 
     """Newest first, keyset-paginated on (created_at, id): no offset scans, and a job created
     while a client pages never shifts the pages it has not read yet.
 
-    With a label, the first label's index drives the query (its rows carry the job's owner and
+    With labels, the rarest label's index drives the query (its rows carry the job's owner and
     creation time): the database walks it newest first and stops after `limit` matches; the
     other labels are primary-key probes. Without one, the jobs' own (owner, created_at, id) or
     (created_at, id) index does. A name is a substring, which no index serves: it filters the
@@ -52,7 +52,8 @@ def page(session: Session, where: JobFilter, limit: int, after: tuple[datetime, 
     query = select(JobRow)
     created_at, job_id = JobRow.created_at, JobRow.id
     if where.labels:
-        key, value = where.labels[0]
+        labels = _rarest_first(session, where.labels, where.owner)
+        key, value = labels[0]
         driver = aliased(JobLabelRow)
         query = query.join(driver, driver.job_id == JobRow.id).where(driver.key == key)
         if value is not None:
@@ -60,7 +61,7 @@ def page(session: Session, where: JobFilter, limit: int, after: tuple[datetime, 
         if where.owner is not None:
             query = query.where(driver.owner == where.owner)
         created_at, job_id = driver.job_created_at, driver.job_id
-        for key, value in where.labels[1:]:
+        for key, value in labels[1:]:
             other = exists().where(JobLabelRow.job_id == JobRow.id, JobLabelRow.key == key)
             query = query.where(other.where(JobLabelRow.value == value) if value is not None else other)
     elif where.owner is not None:
@@ -76,11 +77,53 @@ def page(session: Session, where: JobFilter, limit: int, after: tuple[datetime, 
     return list(session.scalars(query))
 
 
+LABEL_COUNT_CAP = 1000
+
+
+def _rarest_first(
+    session: Session, labels: tuple[tuple[str, str | None], ...], owner: str | None
+) -> list[tuple[str, str | None]]:
+    """The labels, the one with the fewest rows first (counted up to a cap: a short index range
+    each), so that of `team=speech` (10% of jobs) and `sweep=43` (0.1%) the sweep drives: the
+    query then walks 100 index entries for a page instead of thousands."""
+    if len(labels) == 1:
+        return list(labels)
+
+    def capped_count(key: str, value: str | None) -> int:
+        rows = select(JobLabelRow.job_id).where(JobLabelRow.key == key)
+        if value is not None:
+            rows = rows.where(JobLabelRow.value == value)
+        if owner is not None:
+            rows = rows.where(JobLabelRow.owner == owner)
+        return session.scalar(select(func.count()).select_from(rows.limit(LABEL_COUNT_CAP).subquery())) or 0
+
+    return sorted(labels, key=lambda label: capped_count(*label))
+
+
 def remove(session: Session, job: JobRow) -> None:
     """Delete the job's row; its metrics, events, checkpoints' rows, logs, nodes and labels go
     with it (ON DELETE CASCADE; SQLite enforces it with foreign_keys=ON, see service.db)."""
     session.execute(delete(JobRow).where(JobRow.id == job.id).execution_options(synchronize_session=False))
     session.expunge(job)
+
+
+def ended_before(session: Session, cutoff: datetime, limit: int) -> list[JobRow]:
+    """Ended jobs that finished before `cutoff`, oldest first, locked (rows another transaction
+    holds are left for the next pass). A job finishes after it was created, so the (state,
+    created_at, id) index bounds the scan."""
+    return list(
+        session.scalars(
+            select(JobRow)
+            .where(
+                JobRow.state.in_(("succeeded", "failed", "cancelled")),
+                JobRow.created_at < cutoff,
+                JobRow.finished_at < cutoff,
+            )
+            .order_by(JobRow.created_at)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+    )
 
 
 def queued_starting_from(session: Session, checkpoint_ids: list[str], limit: int = 10) -> list[JobRow]:

@@ -4,6 +4,7 @@ checkpoint store: every answer, everything of the job gone, and its checkpoints 
 from __future__ import annotations
 
 import hashlib
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -142,3 +143,32 @@ def test_a_job_queued_to_start_from_its_checkpoint_holds_the_delete_off(api, ali
 
     api.post(f"/v1/jobs/{waiting['id']}/cancel", headers=alice)
     assert api.delete(f"/v1/jobs/{job_id}", headers=alice).status_code == 204
+
+
+def test_the_retention_sweep_deletes_jobs_that_ended_longer_ago_than_the_setting(
+    api, alice, sessions, store_root, settings
+):
+    from trainjobs.service import retention
+    from trainjobs.store import CheckpointStore
+
+    old, old_checkpoints = ended_job_with_results(api, alice, sessions, store_root)
+    held = api.post("/v1/jobs", json=tiny_wavenet_spec(), headers=alice).json()["id"]
+    api.post(f"/v1/jobs/{held}/cancel", headers=alice)
+    waiting = api.post("/v1/jobs", json=tiny_wavenet_spec(init_from=old_checkpoints[0]), headers=alice).json()["id"]
+    still_queued = api.post("/v1/jobs", json=tiny_wavenet_spec(), headers=alice).json()["id"]
+    store = CheckpointStore(settings.checkpoint_store)
+    one_second = 1 / 86400
+    time.sleep(1.2)
+    young = api.post("/v1/jobs", json=tiny_wavenet_spec(), headers=alice).json()["id"]
+    api.post(f"/v1/jobs/{young}/cancel", headers=alice)
+
+    # `old` is held while a queued job will start from its checkpoint; `held` has no such tie.
+    assert retention.delete_expired(sessions, store, one_second) == 1
+    assert api.get(f"/v1/jobs/{held}", headers=alice).status_code == 404
+    assert api.get(f"/v1/jobs/{old}", headers=alice).status_code == 200
+    api.post(f"/v1/jobs/{waiting}/cancel", headers=alice)
+    time.sleep(1.2)  # `waiting` ended just now: it expires a second later
+    assert retention.delete_expired(sessions, store, one_second) == 3  # old, waiting, young
+    assert rows_of(sessions, old)["jobs"] == 0 and not (store_root / old).exists()
+    assert api.get(f"/v1/jobs/{still_queued}", headers=alice).json()["state"] == "queued"  # never a live job
+    assert retention.delete_expired(sessions, store, 30) == 0
