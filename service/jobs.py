@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from trainjobs.contract.job import JobPage
-from trainjobs.contract.spec import LABEL_KEY, MAX_LABEL_VALUE, JobSpec
+from trainjobs.contract.spec import LABEL_KEY, MAX_LABEL_VALUE, UNPRINTABLE, JobSpec
 from trainjobs.service import lifecycle
 from trainjobs.service.auth import Principal
 from trainjobs.service.db import on_commit
@@ -137,6 +137,10 @@ def list_page(
     limit: int,
     cursor: str | None,
 ) -> JobPage:
+    for field, value in (("name", name), ("owner", owner), *(("label", label) for label in labels or [])):
+        # What no stored name, owner or label holds; PostgreSQL refuses a NUL in a query outright.
+        if value is not None and UNPRINTABLE.search(value):
+            raise InvalidRequest(field, "must not contain control or bidirectional-override characters", "query")
     where = JobFilter(
         owner=_owner_filter(principal, owner),
         states=_parse_states(states),
@@ -196,7 +200,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         created_at, job_id = json.loads(raw)
         when = datetime.fromisoformat(created_at)
-        if when.tzinfo is None or not isinstance(job_id, str):
+        if when.tzinfo is None or not isinstance(job_id, str) or not job_id.isascii() or not job_id.isalnum():
             raise ValueError
         return when, job_id
     except (ValueError, TypeError, json.JSONDecodeError):

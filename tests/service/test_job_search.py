@@ -3,6 +3,7 @@ PostgreSQL): every match once, newest first, across pages, while new jobs arrive
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import datetime
 
@@ -143,6 +144,13 @@ BAD_QUERIES = [
     ({"label": "team=" + "x" * 257}, "label"),
     ({"name": "x" * 129}, "name"),
     ({"cursor": "garbage"}, "cursor"),
+    ({"name": "a\x00b"}, "name"),
+    ({"label": "team=a\x00"}, "label"),
+    ({"owner": "bob\x00"}, "owner"),
+    (
+        {"cursor": base64.urlsafe_b64encode(json.dumps(["2026-01-01T00:00:00+00:00", "j\x00"]).encode()).decode()},
+        "cursor",
+    ),
 ]
 
 

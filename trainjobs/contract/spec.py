@@ -28,11 +28,11 @@ from trainjobs.contract.catalog import SpecError, StrictModel
 
 # Characters that would act on a terminal or reorder the text around them where a name is shown:
 # C0/C1 controls (escape sequences among them) and the bidirectional overrides and isolates.
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def _printable(text: str) -> str:
-    if _UNPRINTABLE.search(text):
+    if UNPRINTABLE.search(text):
         raise ValueError("must not contain control or bidirectional-override characters")
     return text
 
@@ -57,7 +57,7 @@ def _labels(labels: dict[str, str]) -> dict[str, str]:
             )
         if len(value) > MAX_LABEL_VALUE:
             raise ValueError(f"label {key!r}: a value is at most {MAX_LABEL_VALUE} characters")
-        if _UNPRINTABLE.search(value):
+        if UNPRINTABLE.search(value):
             raise ValueError(f"label {key!r}: a value must not contain control or bidirectional-override characters")
     return labels
 
