@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from sqlalchemy import insert
 from tests.harness import REDIS_URL, Stack, new_token, sql_database, tiny_wavenet_spec
 from trainjobs.contract.spec import JobSpec
 from trainjobs.service.db import make_engine
-from trainjobs.service.tables import JobRow, utcnow
+from trainjobs.service.tables import JobLabelRow, JobRow, utcnow
 
 WRK_SCRIPT = """
 wrk.method = os.getenv("WRK_METHOD") or "GET"
@@ -41,24 +42,28 @@ end
 QUEUED = 100
 
 
-def seed_jobs(database_url: str, count: int, owner: str) -> str:
+def seed_jobs(
+    database_url: str, count: int, owner: str, labels_of: Callable[[int], dict[str, str]] | None = None
+) -> str:
     """Insert `count` jobs, the newest QUEUED queued and the rest succeeded; return the id of one
-    in the middle."""
+    in the middle. `labels_of(index)`: the labels of the index-th job (none by default)."""
     spec = JobSpec.model_validate(tiny_wavenet_spec(gpus=3)).model_dump(mode="json")
     engine = make_engine(database_url)
     start = utcnow() - timedelta(days=30)
     ids = [f"j{secrets.token_hex(8)}" for _ in range(count)]
     with engine.begin() as connection:
         for chunk in range(0, count, 5000):
+            batch = list(enumerate(ids[chunk : chunk + 5000], start=chunk))
+            labels = {index: labels_of(index) if labels_of else {} for index, _ in batch}
             connection.execute(
                 insert(JobRow),
                 [
                     {
                         "id": job_id,
                         "owner": owner,
-                        "name": None,
+                        "name": f"run-{index}",
                         **_outcome(index >= count - QUEUED),
-                        "spec": spec,
+                        "spec": {**spec, "labels": labels[index]},
                         "device": "cpu",
                         "world_size": 3,
                         "epoch": 0,
@@ -76,9 +81,22 @@ def seed_jobs(database_url: str, count: int, owner: str) -> str:
                         "finished_at": None,
                         "updated_at": start + timedelta(seconds=index),
                     }
-                    for index, job_id in enumerate(ids[chunk : chunk + 5000], start=chunk)
+                    for index, job_id in batch
                 ],
             )
+            label_rows = [
+                {
+                    "job_id": job_id,
+                    "key": key,
+                    "value": value,
+                    "owner": owner,
+                    "job_created_at": start + timedelta(seconds=index),
+                }
+                for index, job_id in batch
+                for key, value in labels[index].items()
+            ]
+            if label_rows:
+                connection.execute(insert(JobLabelRow), label_rows)
     engine.dispose()
     return ids[len(ids) // 2]
 

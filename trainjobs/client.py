@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypedDict, TypeVar, Unpack
 
 import httpx
 from pydantic import BaseModel
@@ -112,11 +112,23 @@ def _text(response: httpx.Response) -> str:
     return response.text
 
 
+class JobFilters(TypedDict, total=False):
+    """The filters of GET /v1/jobs: `state` one state or several; `label` "k=v" or "k", one or
+    several (all must match); `name` a case-insensitive substring; `owner` (admins only)."""
+
+    state: str | Sequence[str] | None
+    label: str | Sequence[str] | None
+    name: str | None
+    owner: str | None
+
+
 def _job_filters(
-    state: str | Sequence[str] | None, label: str | Sequence[str] | None, name: str | None, owner: str | None
+    state: str | Sequence[str] | None = None,
+    label: str | Sequence[str] | None = None,
+    name: str | None = None,
+    owner: str | None = None,
 ) -> dict[str, Any]:
-    """Query parameters of GET /v1/jobs: `state` one state or several; `label` "k=v" or "k", one
-    or several (all must match)."""
+    """JobFilters as query parameters."""
     params: dict[str, Any] = {}
     if state:
         params["state"] = state if isinstance(state, str) else ",".join(state)
@@ -210,30 +222,15 @@ class TrainJobsClient:
     def job(self, job_id: str) -> JobDocument:
         return self._send(_Calls.job(job_id))
 
-    def jobs(
-        self,
-        state: str | Sequence[str] | None = None,
-        label: str | Sequence[str] | None = None,
-        name: str | None = None,
-        owner: str | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
-    ) -> JobPage:
+    def jobs(self, limit: int = 50, cursor: str | None = None, **filters: Unpack[JobFilters]) -> JobPage:
         """One page of jobs, newest first; its `next_cursor` asks for the next."""
-        return self._send(_Calls.jobs(limit, cursor, _job_filters(state, label, name, owner)))
+        return self._send(_Calls.jobs(limit, cursor, _job_filters(**filters)))
 
-    def iter_jobs(
-        self,
-        state: str | Sequence[str] | None = None,
-        label: str | Sequence[str] | None = None,
-        name: str | None = None,
-        owner: str | None = None,
-        page_size: int = 100,
-    ) -> Iterator[JobDocument]:
+    def iter_jobs(self, page_size: int = 100, **filters: Unpack[JobFilters]) -> Iterator[JobDocument]:
         """Every matching job, newest first, fetching page after page as it is consumed."""
-        filters, cursor = _job_filters(state, label, name, owner), None
+        query, cursor = _job_filters(**filters), None
         while True:
-            page = self._send(_Calls.jobs(page_size, cursor, filters))
+            page = self._send(_Calls.jobs(page_size, cursor, query))
             yield from page.items
             if page.next_cursor is None:
                 return
@@ -357,28 +354,13 @@ class AsyncTrainJobsClient:
     async def job(self, job_id: str) -> JobDocument:
         return await self._send(_Calls.job(job_id))
 
-    async def jobs(
-        self,
-        state: str | Sequence[str] | None = None,
-        label: str | Sequence[str] | None = None,
-        name: str | None = None,
-        owner: str | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
-    ) -> JobPage:
-        return await self._send(_Calls.jobs(limit, cursor, _job_filters(state, label, name, owner)))
+    async def jobs(self, limit: int = 50, cursor: str | None = None, **filters: Unpack[JobFilters]) -> JobPage:
+        return await self._send(_Calls.jobs(limit, cursor, _job_filters(**filters)))
 
-    async def iter_jobs(
-        self,
-        state: str | Sequence[str] | None = None,
-        label: str | Sequence[str] | None = None,
-        name: str | None = None,
-        owner: str | None = None,
-        page_size: int = 100,
-    ) -> AsyncIterator[JobDocument]:
-        filters, cursor = _job_filters(state, label, name, owner), None
+    async def iter_jobs(self, page_size: int = 100, **filters: Unpack[JobFilters]) -> AsyncIterator[JobDocument]:
+        query, cursor = _job_filters(**filters), None
         while True:
-            page = await self._send(_Calls.jobs(page_size, cursor, filters))
+            page = await self._send(_Calls.jobs(page_size, cursor, query))
             for job in page.items:
                 yield job
             if page.next_cursor is None:
