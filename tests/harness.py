@@ -344,18 +344,38 @@ class Stack:
 
 
 def launchers_matching(text: str) -> list[int]:
-    """PIDs of launcher processes whose command line mentions `text` (a job id, a stack's home:
-    the request file's path holds both)."""
+    """PIDs of launcher processes whose output file's path mentions `text` (a job id, a stack's
+    home): a job's launcher writes to that attempt's launcher.log, a launcher still waiting for
+    its job to its worker's launchers.log."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            output = os.readlink(entry / "fd" / "1")
         except OSError:
             continue
-        if b"trainjobs.worker.launcher" in cmdline and any(text.encode() in part for part in cmdline):
+        if b"trainjobs.worker.launcher" in cmdline and text in output:
             found.append(int(entry.name))
+    return found
+
+
+def waiting_launchers(home: Path) -> list[int]:
+    """Launchers a worker under `home` started ahead of their job, still waiting for it."""
+    return [pid for pid in launchers_matching(str(home)) if os.readlink(f"/proc/{pid}/fd/1").endswith("launchers.log")]
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`: a launcher's fork server, and the ranks forked from it."""
+    found, frontier = [], [pid]
+    while frontier:
+        try:
+            children = child_pids(frontier.pop())
+        except OSError:
+            continue
+        found += children
+        frontier += children
     return found
 
 
@@ -368,9 +388,12 @@ def kill_launchers_of(home: Path) -> None:
 
 
 def processes_of_job(job_id: str) -> list[int]:
-    """Every live launcher and rank of a job on this machine, whichever worker started them: a
-    launcher names the job's request file, a rank's stdout is the job's rank log."""
+    """Every live launcher, fork server and rank of a job on this machine, whichever worker
+    started them: a launcher writes to the job's launcher.log, a rank's stdout is the job's rank
+    log, the fork server is its launcher's child."""
     found = set(launchers_matching(job_id))
+    for launcher in list(found):
+        found.update(descendants(launcher))
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
@@ -399,7 +422,7 @@ def rank_pids(job_id: str, timeout: float = 15) -> dict[int, int]:
     def ranks():
         launcher = find_launcher(job_id)
         found = {}
-        for pid in child_pids(launcher) if launcher else []:
+        for pid in descendants(launcher) if launcher else []:
             try:
                 target = os.readlink(f"/proc/{pid}/fd/1")
             except OSError:

@@ -57,6 +57,13 @@ class Settings(BaseSettings):
     node_gather_seconds: float = Field(
         60.0, gt=0.0, description="how long a worker holds a node of a multi-node job waiting for the others"
     )
+    warm_launchers: int = Field(
+        1,
+        ge=0,
+        le=64,
+        description="launchers a worker keeps started ahead of their job, torch and the trainer loaded (0: each "
+        "job starts its own, cold)",
+    )
     heartbeat_seconds: float = Field(5.0, gt=0.0, description="how often a worker reports itself")
     worker_lost_seconds: float = Field(30.0, gt=0.0, description="a worker silent this long is shown as lost")
 

@@ -53,6 +53,8 @@ class JobRunner:
         self.reporter = reporter  # an event reporter for (job id, attempt)
         self.address = address  # where other hosts reach this one's ranks (a multi-node job's node 0 serves there)
         self.socket_ifname = interface_of(address)
+        self.launchers = supervision.LauncherPool(settings.run_path / "launchers.log", settings.warm_launchers)
+        self.launchers.replenish()
 
     def run(self, job_id: str) -> str:
         """What happened: "ran", "dropped", or "busy" / "elsewhere" (hand the message back).
@@ -89,7 +91,10 @@ class JobRunner:
                     failed = StateChange(state="failed", stop_reason="error", error=claimed.missing_checkpoint)
                     self._report(claimed.id, claimed.attempt, failed)
                 return "ran"
-            self._launch_and_watch(self._run_request(claimed, list(lease.ids)))
+            try:
+                self._launch_and_watch(self._run_request(claimed, list(lease.ids)))
+            finally:
+                self.launchers.replenish()  # the next job's launcher warms while the slot is idle
             return "ran"
         finally:
             self.pool.release(lease)
@@ -173,7 +178,7 @@ class JobRunner:
         )
 
     def _launch_and_watch(self, request: RunRequest) -> None:
-        launcher = supervision.start_launcher(request)
+        launcher = self.launchers.start_launcher(request)
         log.info("job %s attempt %d: launcher pid %d", request.job_id, request.attempt, launcher.pid)
         renew_every = self.settings.lease_seconds / 3
         next_renewal = time.monotonic() + renew_every

@@ -13,11 +13,22 @@ The launcher spawns the ranks, watches them, and reports the job's final state:
 - past `max_runtime_seconds` the ranks are ended and the job fails with stop_reason "timeout".
 If the worker that started it dies, the launcher ends its ranks and exits without reporting: the
 job's lease then runs out and the service requeues it.
+
+Warm starts. A worker starts its launcher before the job arrives (trainjobs.worker.supervision
+keeps one ready): the launcher imports torch, then starts a fork server that imports what every
+rank needs (trainjobs.worker.warm_imports), and waits for one line on stdin, the path of its run
+request. Each rank is then a fork of that server: a fresh process, which has never run another
+job's code, with nothing to import. A launcher serves one attempt and exits: nothing of a job
+(environment, threads, open files, random state, CUDA) can reach the next, and cancel still ends
+the launcher, its fork server and its ranks as one process group.
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
+import multiprocessing
+import multiprocessing.forkserver
 import os
 import re
 import signal
@@ -39,6 +50,14 @@ from trainjobs.worker.reporter import EventReporter
 log = logging.getLogger("trainjobs.launcher")
 
 TRACEBACK_LINES = 12
+FORK_SERVER_PRELOAD = ["trainjobs.worker.warm_imports"]
+
+
+def warm_up() -> None:
+    """Start the fork server that ranks are forked from, with what they need already imported.
+    Idempotent; the server lives as long as this process (it exits when we do)."""
+    multiprocessing.set_forkserver_preload(FORK_SERVER_PRELOAD)
+    multiprocessing.forkserver.ensure_running()
 
 
 def rendezvous_store(world_size: int, timeout_seconds: float, host: str = "127.0.0.1") -> dist.TCPStore:
@@ -93,17 +112,19 @@ def launch(request: RunRequest, parent_pid: int | None = None, client: redis.Red
     whose ranks all finished (node 0 reports the job's end)."""
     spec = request.spec
     deadline = time.monotonic() + spec.max_runtime_seconds if spec.max_runtime_seconds else None
-    if request.nodes > 1 and request.socket_ifname:
-        # gloo and NCCL connect across hosts on the interface of the worker's address.
-        os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = request.socket_ifname
+    warm_up()  # at once when the worker started us ahead of the job
     try:
         rendezvous = Rendezvous(request, client)
     except TimeoutError as error:
         return StateChange(
             state="failed", stop_reason="error", error=f"node {request.node_rank} ({request.hostname}): {error}"
         )
-    context = mp.spawn(
-        run_rank, args=(request, rendezvous.host, rendezvous.port), nprocs=request.ranks_here, join=False
+    context = mp.start_processes(
+        run_rank,
+        args=(request, rendezvous.host, rendezvous.port),
+        nprocs=request.ranks_here,
+        join=False,
+        start_method="forkserver",
     )
     try:
         while True:
@@ -192,9 +213,16 @@ def _end_ranks(context) -> None:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description="one job attempt's launcher, started ahead of its job by a worker")
+    parser.add_argument("--parent", type=int, required=True, help="the worker's pid: we end our ranks if it goes")
+    parent_pid = parser.parse_args().parent
     logging.basicConfig(level=logging.INFO, format="%(asctime)s launcher %(levelname)s %(message)s")
-    request = RunRequest.model_validate_json(Path(sys.argv[1]).read_text())
-    parent_pid = int(sys.argv[2])
+    warm_up()
+    line = sys.stdin.readline()  # the run request's path, once the job arrives
+    if not line.strip():
+        return  # the worker closed the pipe (it stopped, or was lost) before giving us a job
+    request = RunRequest.model_validate_json(Path(line.strip()).read_text())
+    _log_to(request.run_path / "launcher.log")
     assert request.redis_url is not None and request.events_stream is not None
     client = redis.Redis.from_url(request.redis_url, socket_timeout=10, socket_connect_timeout=5)
     reporter = EventReporter(client, request.events_stream, request.job_id, request.attempt)
@@ -207,6 +235,13 @@ def main() -> None:
         sys.exit(0 if os.getppid() == parent_pid else 3)
     reporter.send(outcome)
     log.info("job %s attempt %d: %s %s", request.job_id, request.attempt, outcome.state, outcome.stop_reason or "")
+
+
+def _log_to(path: Path) -> None:
+    """From here on, our output is the job's launcher.log (it went to the worker's until now)."""
+    with open(path, "ab", buffering=0) as log_file:
+        os.dup2(log_file.fileno(), 1)
+        os.dup2(log_file.fileno(), 2)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,10 @@ def run_rank(local_rank: int, request: RunRequest, store_host: str, store_port: 
     rank = request.global_rank(local_rank)
     if not request.is_local:
         _redirect_output(request, rank)
+    if request.nodes > 1 and request.socket_ifname:
+        # gloo and NCCL connect across hosts on the interface of the worker's address. Set here,
+        # in the rank: a rank is forked from a fork server that started before the job was known.
+        os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = request.socket_ifname
     exit_code = 0
     try:
         stop_reason = train_rank(rank, request, store_port, store_host, local_rank)

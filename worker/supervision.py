@@ -1,38 +1,96 @@
 """Process supervision: start a job attempt's launcher, wait on it, end its whole process group.
 
 The launcher runs in a session of its own, so that cancel, timeout and a lost lease end the
-launcher, its ranks and their data-loader workers as one process group.
+launcher, its fork server, its ranks and their data-loader workers as one process group.
+
+Launchers are started ahead of their job (`LauncherPool`): a launcher spends its first seconds
+importing torch and starting a fork server that preloads the trainer (trainjobs.worker.launcher),
+then waits for the path of its run request on stdin. The pool keeps `ready` of them waiting, so a
+job that arrives at an idle worker starts without that cost; a job that finds none waiting takes
+a launcher started for it, which is what a cold start costs. Each launcher serves one attempt.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 from trainjobs.contract.run import RunRequest
+
+log = logging.getLogger(__name__)
 
 TERMINATE_GRACE_SECONDS = 5.0
 
 
-def start_launcher(request: RunRequest) -> subprocess.Popen[bytes]:
-    """Write the run request next to the attempt's logs and start `trainjobs.worker.launcher` on it."""
-    request_file = request.run_path / "request.json"
-    request_file.write_text(request.model_dump_json())
-    env = dict(os.environ)
-    if request.devices:
-        # The launcher sees the job's GPUs only; each rank narrows that to its own.
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, request.devices))
-    with open(request.run_path / "launcher.log", "ab") as launcher_log:
-        return subprocess.Popen(
-            [sys.executable, "-m", "trainjobs.worker.launcher", str(request_file), str(os.getpid())],
-            stdout=launcher_log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+class LauncherPool:
+    """Launchers waiting for their job, `ready` of them at most (0: each is started with its job).
+    Their output goes to `log_path` until they are given a job (then to its launcher.log)."""
+
+    def __init__(self, log_path: Path, ready: int):
+        self.log_path = log_path
+        self.ready = ready
+        self._waiting: list[subprocess.Popen[bytes]] = []
+        self._lock = threading.Lock()
+
+    def start_launcher(self, request: RunRequest) -> subprocess.Popen[bytes]:
+        """Write the run request next to the attempt's logs and hand it to a waiting launcher
+        (one that died while it waited is replaced), or to one started now."""
+        request_file = request.run_path / "request.json"
+        request_file.write_text(request.model_dump_json())
+        while True:
+            launcher = self._take() or self._start()
+            try:
+                assert launcher.stdin is not None
+                launcher.stdin.write(f"{request_file}\n".encode())
+                launcher.stdin.close()
+                return launcher
+            except (BrokenPipeError, OSError):  # it died between our look and the write
+                launcher.wait()
+
+    def replenish(self) -> None:
+        """Start launchers until `ready` wait (at worker start, and when a job has ended: not
+        while a job starts, whose ranks want the cores)."""
+        with self._lock:
+            self._waiting = [launcher for launcher in self._waiting if launcher.poll() is None]
+            while len(self._waiting) < self.ready:
+                self._waiting.append(self._start())
+
+    def close(self) -> None:
+        """End the waiting launchers (each exits when its stdin closes)."""
+        with self._lock:
+            waiting, self._waiting = self._waiting, []
+        for launcher in waiting:
+            if launcher.stdin is not None:
+                launcher.stdin.close()
+            wait_or_end(launcher)
+
+    def _take(self) -> subprocess.Popen[bytes] | None:
+        with self._lock:
+            while self._waiting:
+                launcher = self._waiting.pop(0)
+                if launcher.poll() is None:
+                    return launcher
+                log.warning(
+                    "a waiting launcher (pid %d) had exited (%s); using another", launcher.pid, launcher.returncode
+                )
+        return None
+
+    def _start(self) -> subprocess.Popen[bytes]:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as launcher_log:
+            return subprocess.Popen(
+                [sys.executable, "-m", "trainjobs.worker.launcher", "--parent", str(os.getpid())],
+                stdin=subprocess.PIPE,
+                stdout=launcher_log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
 
 def has_exited(launcher: subprocess.Popen[bytes], within_seconds: float) -> bool:

@@ -40,6 +40,7 @@ class EpochTelemetry:
         self.report = report  # rank 0 only
         self.interval_seconds = interval_seconds
         self.gpu = GpuSampler(device) if device.type == "cuda" else None
+        self.first_step_logged = False
 
     def start_epoch(self, epoch: int) -> None:
         self.epoch, self.step, self.samples = epoch, 0, 0
@@ -66,6 +67,10 @@ class EpochTelemetry:
         """After an optimizer step (`samples`: this rank's samples so far this epoch)."""
         self.step += 1
         self.samples = samples
+        if not self.first_step_logged and self.report is not None:
+            # A mark in rank 0's log for start-up measurements (bench dispatch): wall-clock time.
+            print(f"first optimizer step done at {time.time():.3f}", flush=True)
+            self.first_step_logged = True
         if self.report is not None and time.perf_counter() - self.last_report >= self.interval_seconds:
             self._report_progress()
 

@@ -34,3 +34,32 @@ class SleepyDataset(Dataset):
 
 def sleepy_blobs(params: dict, data_root) -> SleepyDataset:
     return SleepyDataset(blobs(params, data_root), params["sleep_seconds"])
+
+
+LEAK_VARIABLE = "TRAINJOBS_EXAMPLE_LEAK"
+LEAK_FILE = "/tmp/trainjobs-example-leak"
+
+
+def leaky(params: dict) -> nn.Module:
+    """A model whose job reaches outside itself, as user code may: it says what it finds of an
+    earlier job in its process (an environment variable, an open file, the random state), then
+    leaves each of those behind for a later one."""
+    import os
+    import random
+
+    open_files = sorted(
+        os.readlink(f"/proc/self/fd/{fd}")
+        for fd in os.listdir("/proc/self/fd")
+        if os.path.exists(f"/proc/self/fd/{fd}") and os.readlink(f"/proc/self/fd/{fd}").startswith(LEAK_FILE)
+    )
+    print(
+        f"found: env={os.environ.get(LEAK_VARIABLE)!r} files={open_files} "
+        f"random={random.random():.12f} torch={torch.rand(1).item():.12f}",
+        flush=True,
+    )
+    os.environ[LEAK_VARIABLE] = "left by an earlier job"
+    leaked = open(LEAK_FILE, "a")  # noqa: SIM115 - left open on purpose
+    leaky.kept = leaked  # type: ignore[attr-defined]
+    random.seed(999)
+    torch.manual_seed(999)
+    return nn.Linear(params["in_features"], params["num_classes"])

@@ -31,3 +31,4 @@ class LogisticParams(ModelParams):
 LOGISTIC = ModelEntry(LogisticParams, "trainjobs_example_plugin.build:logistic", "a linear classifier")
 BLOBS = DatasetEntry(BlobsParams, "trainjobs_example_plugin.build:blobs", "Gaussian blobs, one per class")
 SLEEPY_BLOBS = DatasetEntry(SleepyBlobsParams, "trainjobs_example_plugin.build:sleepy_blobs", "blobs that load slowly")
+LEAKY = ModelEntry(LogisticParams, "trainjobs_example_plugin.build:leaky", "a linear classifier that leaves traces")
