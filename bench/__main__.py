@@ -1,4 +1,4 @@
-"""`python -m bench [overhead dispatch api ingest fleet search]` (all by default): run the benchmarks on this
+"""`python -m bench [overhead dispatch api ingest fleet search memory]` (all by default): run the benchmarks on this
 machine, print each figure as it comes, and write bench/results.json and BENCHMARKS.md.
 
 Needs what the tests need (Redis, PostgreSQL) and wrk. Benchmarks print figures; nothing here
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-ALL = ["overhead", "dispatch", "api", "ingest", "fleet", "search"]
+ALL = ["overhead", "dispatch", "api", "ingest", "fleet", "search", "memory"]
 
 
 def main() -> None:
@@ -61,6 +61,10 @@ def main() -> None:
             from bench import fleet
 
             results["fleet"] = fleet.run()
+        elif name == "memory":
+            from bench import memory
+
+            results["memory"] = memory.run()
         elif name == "search":
             from bench import search
 
@@ -130,16 +134,37 @@ def render(results: dict) -> str:
             for s in results["scaling"]
         ]
         lines.append("")
-    if "dispatch" in results:
+    if "dispatch" in results and "service_warm" in results["dispatch"]:
         d = results["dispatch"]
         lines += [
-            "## 3. Dispatch latency (tiny wavenet, 2 cpu ranks; `python -m bench dispatch`)",
+            "## 3. Start-up: POST to the end of the first optimizer step (`python -m bench dispatch`)",
             "",
-            "| POST to running | POST to first epoch's metrics | shell (`trainjobs train`) to first metrics "
-            "| the service adds |",
+            "Tiny wavenet, 2 cpu ranks, the worker idle; 10 jobs each, median and p90. Rank 0 marks its first "
+            "optimizer step in its log with the wall-clock time. *Warm*: the worker had a launcher waiting "
+            "(`TRAINJOBS_WARM_LAUNCHERS=1`, the default); *cold*: it starts one with the job (`=0`), as every job "
+            "did before. *Shell*: `python -m bench.plain_ddp` (a plain `torch.multiprocessing.spawn` script) "
+            "started from the shell, to its own first step.",
+            "",
+            "| path | POST to running | POST (or shell) to first step: median | p90 |",
             "|---|---|---|---|",
-            f"| {d['post_to_running_s']} s | {d['post_to_first_metrics_s']} s | {d['shell_to_first_metrics_s']} s | "
-            f"**{d['service_adds_s']} s** |",
+            f"| service, warm | {d['service_warm']['post_to_running']['median_s']} s | "
+            f"**{d['service_warm']['post_to_first_step']['median_s']} s** | "
+            f"{d['service_warm']['post_to_first_step']['p90_s']} s |",
+            f"| service, cold | {d['service_cold']['post_to_running']['median_s']} s | "
+            f"{d['service_cold']['post_to_first_step']['median_s']} s | {d['service_cold']['post_to_first_step']['p90_s']} s |",
+            f"| shell, plain spawn script | – | {d['shell_plain_spawn']['median_s']} s | {d['shell_plain_spawn']['p90_s']} s |",
+            "",
+        ]
+    if "memory" in results:
+        m = results["memory"]
+        lines += [
+            "## 9. Memory of a 2-rank cpu job (`python -m bench memory`)",
+            "",
+            "PSS summed over the job's process tree, median of 8 samples while it trains (wavenet, 2 cpu ranks).",
+            "",
+            "| service (launcher, fork server, ranks, waiting launchers) | plain spawn script (script and ranks) | over |",
+            "|---|---|---|",
+            f"| {m['service_pss_mib']} MiB | {m['plain_pss_mib']} MiB | **{m['service_over_plain_mib']} MiB** |",
             "",
         ]
     if "api" in results:

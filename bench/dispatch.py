@@ -1,6 +1,13 @@
-"""Dispatch latency: from POST to `running` and to the first epoch's metrics, through the real
-API and worker, against launching the same trainer directly from the shell (`trainjobs train`)
-and timing its first epoch line. The difference is what the service adds."""
+"""Start-up: from POST to the end of the job's first optimizer step, through the real API and
+worker, with the worker idle, against a plain `torch.multiprocessing.spawn` script started from
+the shell (bench/plain_ddp.py on the same spec) and timed to its own first step.
+
+Through the service twice: with a launcher waiting ahead of the job (the default,
+TRAINJOBS_WARM_LAUNCHERS=1) and without (0: the launcher, its fork server and the ranks start with
+the job, as every job did before warm starts). Rank 0 marks its first optimizer step in its log
+with the wall-clock time; each figure is that time less the time the POST (or the shell command)
+went out. Median and p90 of `repeats` jobs each.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +21,23 @@ from pathlib import Path
 
 from tests.harness import REDIS_URL, Stack, sql_database, tiny_wavenet_spec, wait_until
 
+ROOT = Path(__file__).resolve().parents[1]
 SPEC = tiny_wavenet_spec(epochs=1)
+MARK = "first optimizer step done at "
+
+
+def first_step_mark(path: Path) -> float | None:
+    if not path.exists():
+        return None
+    for line in path.read_text().splitlines():
+        if line.startswith(MARK):
+            return float(line.removeprefix(MARK))
+    return None
 
 
 def through_service(stack: Stack, token: str) -> tuple[float, float]:
-    """Seconds from POST to the `running` event and to the first `metrics` event (SSE), with the
-    worker idle when the POST goes out (the previous job's devices released)."""
+    """Seconds from POST to the `running` state and to the end of the first optimizer step, with
+    the worker idle when the POST goes out (the previous job ended, its next launcher warmed)."""
     client = stack.client(token)
     wait_until(
         lambda: all(worker["busy"] == 0 for worker in client.get("/v1/workers").json()["items"]),
@@ -27,62 +45,85 @@ def through_service(stack: Stack, token: str) -> tuple[float, float]:
         interval=0.1,
         what="an idle worker",
     )
-    time.sleep(1.5)  # and its heartbeat settled
-    start = time.perf_counter()
+    time.sleep(4)  # the launcher started for the next job has loaded torch and the trainer
+    posted = time.time()
     job_id = client.post("/v1/jobs", json=SPEC).json()["id"]
-    running = first_metrics = None
-    with client.stream("GET", f"/v1/jobs/{job_id}/events", timeout=120) as response:
-        kind = None
-        for line in response.iter_lines():
-            if line.startswith("event: "):
-                kind = line.removeprefix("event: ")
-            elif line.startswith("data: "):
-                if kind == "state" and running is None and json.loads(line[6:])["state"] == "running":
-                    running = time.perf_counter() - start
-                if kind == "metrics" and first_metrics is None:
-                    first_metrics = time.perf_counter() - start
-    return running, first_metrics
+    running = None
+    while running is None:
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        if job["state"] != "queued":
+            running = time.time() - posted
+        time.sleep(0.01)
+    job = wait_until(
+        lambda: (lambda j: j if j["state"] in ("succeeded", "failed") else None)(
+            client.get(f"/v1/jobs/{job_id}").json()
+        ),
+        120,
+        what="the job to end",
+    )
+    assert job["state"] == "succeeded", job
+    rank_log = next(stack.home.rglob(f"{job_id}/attempt1/rank0.log"))
+    return running, first_step_mark(rank_log) - posted
 
 
 def from_the_shell(workdir: Path) -> float:
-    """Seconds from starting `trainjobs train` to its first epoch's line."""
+    """Seconds from starting the plain spawn script to its first optimizer step."""
     workdir.mkdir(parents=True, exist_ok=True)
     spec_file = workdir / "spec.json"
     spec_file.write_text(json.dumps(SPEC))
-    start = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "trainjobs.cli", "train", str(spec_file), "--workdir", str(workdir)],
-        stdout=subprocess.PIPE,
+    started = time.time()
+    output = subprocess.run(
+        [sys.executable, "-m", "bench.plain_ddp", str(spec_file), str(workdir / "result.json")],
+        capture_output=True,
         text=True,
-    )
-    elapsed = None
-    for line in process.stdout:
-        if line.startswith("epoch 1:") and elapsed is None:
-            elapsed = time.perf_counter() - start
-    process.wait()
-    return elapsed
+        check=True,
+        cwd=ROOT,
+    ).stdout
+    mark = next(float(line.removeprefix(MARK)) for line in output.splitlines() if line.startswith(MARK))
+    return mark - started
 
 
-def run(repeats: int = 5) -> dict:
-    with tempfile.TemporaryDirectory() as scratch, sql_database("sqlite", Path(scratch)) as url:
-        stack = Stack(Path(scratch) / "stack", url, REDIS_URL, TRAINJOBS_HEARTBEAT_SECONDS="0.5").start()
-        try:
-            token = stack.token("bench")
-            through_service(stack, token)  # warm-up: worker connections, page cache
-            service = [through_service(stack, token) for _ in range(repeats)]
-        finally:
-            stack.stop()
-        shell = [from_the_shell(Path(scratch) / f"shell{index}") for index in range(repeats)]
-    result = {
-        "post_to_running_s": round(statistics.median(run for run, _ in service), 3),
-        "post_to_first_metrics_s": round(statistics.median(metrics for _, metrics in service), 3),
-        "shell_to_first_metrics_s": round(statistics.median(shell), 3),
+def _summary(values: list[float]) -> dict:
+    ordered = sorted(values)
+    return {
+        "median_s": round(statistics.median(ordered), 3),
+        "p90_s": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 3),
+        "runs_s": [round(value, 3) for value in values],
     }
-    result["service_adds_s"] = round(result["post_to_first_metrics_s"] - result["shell_to_first_metrics_s"], 3)
+
+
+def run(repeats: int = 10) -> dict:
+    result = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for name, warm in (("warm", "1"), ("cold", "0")):
+            with sql_database("sqlite", Path(scratch) / name) as url:
+                stack = Stack(
+                    Path(scratch) / name / "stack",
+                    url,
+                    REDIS_URL,
+                    TRAINJOBS_HEARTBEAT_SECONDS="0.5",
+                    TRAINJOBS_WARM_LAUNCHERS=warm,
+                ).start()
+                try:
+                    token = stack.token("bench")
+                    through_service(stack, token)  # warm-up: the worker's connections, the page cache
+                    runs = [through_service(stack, token) for _ in range(repeats)]
+                finally:
+                    stack.stop()
+            result[f"service_{name}"] = {
+                "post_to_running": _summary([running for running, _ in runs]),
+                "post_to_first_step": _summary([step for _, step in runs]),
+            }
+            summary = result[f"service_{name}"]["post_to_first_step"]
+            print(
+                f"dispatch  {name}: POST->first step median {summary['median_s']}s p90 {summary['p90_s']}s", flush=True
+            )
+        from_the_shell(Path(scratch) / "shell-warmup")
+        shell = [from_the_shell(Path(scratch) / f"shell{index}") for index in range(repeats)]
+    result["shell_plain_spawn"] = _summary(shell)
     print(
-        f"dispatch  POST->running {result['post_to_running_s']}s, POST->first metrics "
-        f"{result['post_to_first_metrics_s']}s, shell->first metrics {result['shell_to_first_metrics_s']}s: "
-        f"the service adds {result['service_adds_s']}s (median of {repeats})",
+        f"dispatch  shell plain spawn ->first step median {result['shell_plain_spawn']['median_s']}s "
+        f"p90 {result['shell_plain_spawn']['p90_s']}s",
         flush=True,
     )
     return result

@@ -41,7 +41,7 @@ def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: st
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.effective_lr, weight_decay=spec.optimizer.weight_decay)
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if spec.precision == "bf16" else nullcontext
     accumulation = spec.accumulation_steps
-    epoch_rates = []
+    epoch_rates, first_step_done = [], False
     for epoch in range(1, spec.epochs + 1):
         sampler.set_epoch(epoch)
         start, samples = time.perf_counter(), 0
@@ -54,6 +54,9 @@ def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: st
             if last:
                 optimizer.step()
                 optimizer.zero_grad()
+                if rank == 0 and not first_step_done:  # the start-up benchmark's mark (bench dispatch)
+                    print(f"first optimizer step done at {time.time():.3f}", flush=True)
+                    first_step_done = True
             samples += len(inputs)
         dist.barrier()
         epoch_rates.append(samples * world_size / (time.perf_counter() - start))
@@ -74,3 +77,11 @@ def run_plain_ddp(spec: JobSpec, result_path: str, threads: int) -> list[float]:
     )
     with open(result_path) as file:
         return json.load(file)
+
+
+if __name__ == "__main__":
+    # `python -m bench.plain_ddp SPEC.json RESULT.json`: the plain loop as a user starts it from a shell.
+    import sys
+
+    plain_spec = JobSpec.model_validate_json(open(sys.argv[1]).read())
+    run_plain_ddp(plain_spec, sys.argv[2], threads=max(1, (os.cpu_count() or 1) // plain_spec.world_size))
