@@ -136,6 +136,8 @@ def render(results: dict) -> str:
         lines.append("")
     if "dispatch" in results and "service_warm" in results["dispatch"]:
         d = results["dispatch"]
+        warm, cold = d["service_warm"], d["service_cold"]
+        shell = d["shell_plain_spawn"]
         lines += [
             "## 3. Start-up: POST to the end of the first optimizer step (`python -m bench dispatch`)",
             "",
@@ -147,12 +149,11 @@ def render(results: dict) -> str:
             "",
             "| path | POST to running | POST (or shell) to first step: median | p90 |",
             "|---|---|---|---|",
-            f"| service, warm | {d['service_warm']['post_to_running']['median_s']} s | "
-            f"**{d['service_warm']['post_to_first_step']['median_s']} s** | "
-            f"{d['service_warm']['post_to_first_step']['p90_s']} s |",
-            f"| service, cold | {d['service_cold']['post_to_running']['median_s']} s | "
-            f"{d['service_cold']['post_to_first_step']['median_s']} s | {d['service_cold']['post_to_first_step']['p90_s']} s |",
-            f"| shell, plain spawn script | – | {d['shell_plain_spawn']['median_s']} s | {d['shell_plain_spawn']['p90_s']} s |",
+            f"| service, warm | {warm['post_to_running']['median_s']} s | "
+            f"**{warm['post_to_first_step']['median_s']} s** | {warm['post_to_first_step']['p90_s']} s |",
+            f"| service, cold | {cold['post_to_running']['median_s']} s | "
+            f"{cold['post_to_first_step']['median_s']} s | {cold['post_to_first_step']['p90_s']} s |",
+            f"| shell, plain spawn script | – | {shell['median_s']} s | {shell['p90_s']} s |",
             "",
         ]
     if "memory" in results:
@@ -162,7 +163,7 @@ def render(results: dict) -> str:
             "",
             "PSS summed over the job's process tree, median of 8 samples while it trains (wavenet, 2 cpu ranks).",
             "",
-            "| service (launcher, fork server, ranks, waiting launchers) | plain spawn script (script and ranks) | over |",
+            "| service (launcher, fork server, ranks, waiting launchers) | plain spawn script (script, ranks) | over |",
             "|---|---|---|",
             f"| {m['service_pss_mib']} MiB | {m['plain_pss_mib']} MiB | **{m['service_over_plain_mib']} MiB** |",
             "",
