@@ -96,6 +96,7 @@ def run(repeats: int = 10) -> dict:
     result = {}
     with tempfile.TemporaryDirectory() as scratch:
         for name, warm in (("warm", "1"), ("cold", "0")):
+            (Path(scratch) / name).mkdir()
             with sql_database("sqlite", Path(scratch) / name) as url:
                 stack = Stack(
                     Path(scratch) / name / "stack",

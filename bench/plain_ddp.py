@@ -82,6 +82,7 @@ def run_plain_ddp(spec: JobSpec, result_path: str, threads: int) -> list[float]:
 if __name__ == "__main__":
     # `python -m bench.plain_ddp SPEC.json RESULT.json`: the plain loop as a user starts it from a shell.
     import sys
+    from pathlib import Path
 
-    plain_spec = JobSpec.model_validate_json(open(sys.argv[1]).read())
+    plain_spec = JobSpec.model_validate_json(Path(sys.argv[1]).read_text())
     run_plain_ddp(plain_spec, sys.argv[2], threads=max(1, (os.cpu_count() or 1) // plain_spec.world_size))
