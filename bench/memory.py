@@ -61,6 +61,7 @@ def sample(roots) -> int:
 
 
 def through_service(scratch: Path) -> int:
+    scratch.mkdir(parents=True, exist_ok=True)
     with sql_database("sqlite", scratch) as url:
         stack = Stack(scratch / "stack", url, REDIS_URL).start()
         try:

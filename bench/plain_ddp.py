@@ -38,7 +38,13 @@ def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: st
     sampler = DistributedSampler(train, num_replicas=world_size, rank=rank, shuffle=True, seed=spec.seed)
     loader = DataLoader(train, batch_size=spec.batch_size, sampler=sampler)
     model = DDP(build_model(spec.model.name, spec.model.params, full))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.effective_lr, weight_decay=spec.optimizer.weight_decay)
+    options = spec.optimizer  # the spec's own optimizer, written out as a script would
+    if options.name == "sgd":
+        optimizer = torch.optim.SGD(
+            model.parameters(), lr=spec.effective_lr, momentum=options.momentum, weight_decay=options.weight_decay
+        )
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=spec.effective_lr, weight_decay=options.weight_decay)
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if spec.precision == "bf16" else nullcontext
     accumulation = spec.accumulation_steps
     epoch_rates, first_step_done = [], False
