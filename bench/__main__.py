@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -78,7 +79,7 @@ def main() -> None:
             results["search"] = search.run()
         results["minutes"] = round((time.monotonic() - started) / 60, 1)
         results["ran"] = which
-        measured[name] = f"{now} (`python -m bench {' '.join(which)}`)"
+        measured[name] = f"{now} (`python -m bench {' '.join(sys.argv[1:]) or ' '.join(which)}`)"
         results_file.write_text(json.dumps(results, indent=2) + "\n")
         (ROOT / "BENCHMARKS.md").write_text(render(results))
     print(f"wrote bench/results.json and BENCHMARKS.md in {results['minutes']} minutes")
@@ -117,7 +118,7 @@ def render(results: dict) -> str:
             "## 1. Trainer overhead (wavenet, through the whole service vs a plain DDP loop)",
             "",
             "Samples/s, median of rounds (each run's figure the median epoch after the first). Epochs of about "
-            "11 s (wavenet 32/64 channels, depth 6 x 2, 563 clips of 1024 samples, batch 8, SGD); each round runs "
+            "11 s (wavenet 32/64 channels, depth 6 x 2, 1,126 clips of 1024 samples, batch 8, SGD); each round runs "
             "the service's job, then the plain loop on the same spec; the ratio is the median of the rounds' "
             "ratios. Reproduce: `python -m bench overhead` (all 8 configurations, about 40 minutes) or "
             "`--config 2,fp32,1`.",

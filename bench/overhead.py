@@ -2,8 +2,9 @@
 worker, launcher, DDP ranks, the trainer) against a plain hand-written DDP loop
 (bench/plain_ddp.py) on the same model, data and ranks.
 
-Epochs last 10 s or more (wavenet 32/64 channels, depth 6 x 2, 563 clips of 1024 samples, batch
-8, SGD: about 11 s an epoch on 2 cpu ranks here): short epochs time start-up and noise more than
+Epochs last 10 s or more (wavenet 32/64 channels, depth 6 x 2, 1,126 clips of 1024 samples, batch
+8, SGD: about 11 s an epoch on 2 cpu ranks of one thread each here; the issue measured 563 clips at about
+11 s, with a thread count this benchmark does not reproduce): short epochs time start-up and noise more than
 training. Each configuration runs in `repeats` rounds, each round the service's job then the
 plain loop on the same spec (its own optimizer); a run's figure is the median of its epochs after
 the first (warm-up), a round's ratio is service / plain, and the configuration's ratio is the
@@ -31,7 +32,7 @@ def wavenet_spec(ranks: int, precision: str, accumulation: int, epochs: int) -> 
         "model": {"name": "wavenet", "params": {"n_residue": 32, "n_skip": 64, "dilation_depth": 6, "n_repeat": 2}},
         "data": {
             "name": "synthetic-audio",
-            "params": {"num_samples": 563, "length": 1024, "mu": 64, "val_fraction": 1 / 11},
+            "params": {"num_samples": 1126, "length": 1024, "mu": 64, "val_fraction": 1 / 11},
         },
         "device": "cpu",
         "gpus": ranks,
