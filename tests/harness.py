@@ -469,3 +469,17 @@ def tiny_wavenet_spec(**overrides) -> dict:
     }
     spec.update(overrides)
     return spec
+
+
+def plugin_spec(**overrides) -> dict:
+    """A job on the test plugin's model and dataset (tests/plugin_package; fixture plugin_installed)."""
+    return {
+        "model": {"name": "logistic"},
+        "data": {"name": "blobs"},
+        "device": "cpu",
+        "gpus": 2,
+        "epochs": 3,
+        "batch_size": 16,
+        "optimizer": {"name": "sgd", "lr": 0.1},
+        **overrides,
+    }

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.harness import wait_for_terminal
+from tests.harness import plugin_spec, wait_for_terminal
 
 pytestmark = pytest.mark.e2e
 
@@ -17,25 +17,14 @@ def test_a_plugin_model_and_dataset_are_listed_and_train(plugin_installed, stack
     dims = next(param for param in datasets["blobs"]["params"] if param["name"] == "dims")
     assert (dims["type"], dims["default"]) == ("integer", 5)
 
-    bad = client.post("/v1/jobs", json=_spec(model={"name": "logistic"}, data={"name": "blobs", "params": {"dims": 0}}))
+    bad = client.post(
+        "/v1/jobs", json=plugin_spec(model={"name": "logistic"}, data={"name": "blobs", "params": {"dims": 0}})
+    )
     assert bad.status_code == 422 and "data.params.dims" in bad.text
 
-    job_id = client.post("/v1/jobs", json=_spec()).json()["id"]
+    job_id = client.post("/v1/jobs", json=plugin_spec()).json()["id"]
     job = wait_for_terminal(client, job_id, timeout=120)
     assert job["state"] == "succeeded", job["error"]
     assert job["spec"]["model"]["params"] == {"in_features": 5, "num_classes": 3}
     metrics = client.get(f"/v1/jobs/{job_id}/metrics").json()["items"]
     assert metrics[-1]["train_loss"] < metrics[0]["train_loss"]
-
-
-def _spec(**overrides) -> dict:
-    return {
-        "model": {"name": "logistic"},
-        "data": {"name": "blobs"},
-        "device": "cpu",
-        "gpus": 2,
-        "epochs": 3,
-        "batch_size": 16,
-        "optimizer": {"name": "sgd", "lr": 0.1},
-        **overrides,
-    }

@@ -12,22 +12,20 @@ import time
 
 import pytest
 
-from tests.harness import processes_of_job, tiny_wavenet_spec, wait_for_terminal, wait_until, waiting_launchers
+from tests.harness import (
+    plugin_spec,
+    processes_of_job,
+    tiny_wavenet_spec,
+    wait_for_terminal,
+    wait_until,
+    waiting_launchers,
+)
 
 pytestmark = pytest.mark.e2e
 
 
 def leaky_spec(seed: int) -> dict:
-    return {
-        "model": {"name": "leaky"},
-        "data": {"name": "blobs"},
-        "device": "cpu",
-        "gpus": 2,
-        "epochs": 2,
-        "batch_size": 16,
-        "seed": seed,
-        "optimizer": {"name": "sgd", "lr": 0.1},
-    }
+    return plugin_spec(model={"name": "leaky"}, epochs=2, seed=seed)
 
 
 def found_by_rank(stack, job_id: str) -> list[str]:
