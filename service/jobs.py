@@ -6,10 +6,12 @@ import base64
 import json
 import logging
 from datetime import datetime
+from typing import get_args
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from trainjobs.contract.events import JobState
 from trainjobs.contract.job import JobPage
 from trainjobs.contract.spec import LABEL_KEY, MAX_LABEL_VALUE, UNPRINTABLE, JobSpec
 from trainjobs.service import lifecycle
@@ -122,7 +124,7 @@ def parse_last_event_id(value: str | None) -> int:
     return int(value)
 
 
-JOB_STATES = ("queued", "running", "cancelling", "succeeded", "failed", "cancelled")
+JOB_STATES: tuple[str, ...] = get_args(JobState)
 MAX_LABEL_FILTERS = 8
 
 

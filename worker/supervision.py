@@ -26,6 +26,7 @@ from trainjobs.contract.run import RunRequest
 log = logging.getLogger(__name__)
 
 TERMINATE_GRACE_SECONDS = 5.0
+HANDOVER_TRIES = 3  # a launcher that dies as it is handed a job is replaced, but not without end
 
 
 class LauncherPool:
@@ -43,7 +44,7 @@ class LauncherPool:
         (one that died while it waited is replaced), or to one started now."""
         request_file = request.run_path / "request.json"
         request_file.write_text(request.model_dump_json())
-        while True:
+        for _ in range(HANDOVER_TRIES):
             launcher = self._take() or self._start()
             try:
                 assert launcher.stdin is not None
@@ -52,6 +53,7 @@ class LauncherPool:
                 return launcher
             except (BrokenPipeError, OSError):  # it died between our look and the write
                 launcher.wait()
+        raise RuntimeError(f"no launcher took the request in {HANDOVER_TRIES} tries; see {self.log_path}")
 
     def replenish(self) -> None:
         """Start launchers until `ready` wait (at worker start, and when a job has ended: not
