@@ -1,5 +1,6 @@
-"""`python -m bench [overhead dispatch api ingest fleet search memory]` (all by default): run the benchmarks on this
-machine, print each figure as it comes, and write bench/results.json and BENCHMARKS.md.
+"""`python -m bench [overhead dispatch api polling ingest fleet search memory]` (all by default):
+run the benchmarks on this machine, print each figure as it comes, and write bench/results.json
+and BENCHMARKS.md.
 
 Needs what the tests need (Redis, PostgreSQL) and wrk. Benchmarks print figures; nothing here
 passes or fails on a time."""
@@ -18,7 +19,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-ALL = ["overhead", "dispatch", "api", "ingest", "fleet", "search", "memory"]
+ALL = ["overhead", "dispatch", "api", "polling", "ingest", "fleet", "search", "memory"]
 
 
 def main() -> None:
@@ -61,6 +62,10 @@ def main() -> None:
             from bench import api_load
 
             results["api"] = api_load.run()
+        elif name == "polling":
+            from bench import polling
+
+            results["polling"] = polling.run()
         elif name == "ingest":
             from bench import ingestion
 
@@ -208,6 +213,8 @@ def render(results: dict) -> str:
             "500 a pass.",
             "",
         ]
+    if "polling" in results:
+        lines += render_polling(results["polling"], results.get("polling_before"))
     if "ingest" in results:
         lines += [
             "## 5. Metrics ingestion (collector, Redis stream to SQL; `python -m bench ingest`)",
@@ -275,6 +282,54 @@ def render(results: dict) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def render_polling(polling: dict, before: dict | None) -> list[str]:
+    lines = [
+        "## 10. Polling a job (`python -m bench polling`)",
+        "",
+        "Open loop: 200 pollers, each on its own connection and its own job, send `GET /v1/jobs/{id}` once a "
+        "second on a fixed schedule for 20 s (after 3 s not counted); latency from when each request was due. "
+        "The pollers (one asyncio process) share the 2 cores with the API, Redis and the database.",
+        "",
+        "| database | jobs stored | answer | req/s | p50 | p99 | max | other answers |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['database']} | {r['jobs']:,} | {r['answer']} | {r['requests_per_s']} | {r['p50_ms']} ms | "
+        f"**{r['p99_ms']} ms** | {r['max_ms']} ms | {r['other_answers']} |"
+        for r in polling["open_loop"]
+    ]
+    lines += [
+        "",
+        "Closed loop: wrk, 50 connections on one job, 5 s. *Before*: the same benchmark on the commit named, "
+        "before the changes of issue 16 part 2.",
+        "",
+        "| database | jobs stored | answer | req/s | p50 | p99 | before: req/s | before: p99 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    old = {(r["database"], r["jobs"], r["answer"]): r for r in (before or {}).get("closed_loop", [])}
+    for r in polling["closed_loop"]:
+        was = old.get((r["database"], r["jobs"], r["answer"]), {})
+        lines.append(
+            f"| {r['database']} | {r['jobs']:,} | {r['answer']} | **{r['requests_per_s']}** | {r['p50']} | "
+            f"{r['p99']} | {was.get('requests_per_s', '–')} | {was.get('p99', '–')} |"
+        )
+    if before:
+        lines += ["", f"Before: {before.get('measured', 'not recorded')}."]
+    for label, profiles in (("after", polling.get("profiles")), ("before", (before or {}).get("profiles"))):
+        for database, top in (profiles or {}).items():
+            lines += [
+                "",
+                f"Profile {label}, {database}, 100,000 jobs, closed-loop GET (200), py-spy on the API processes: "
+                "share of samples with the frame on top of the stack (idle threads left out).",
+                "",
+                "| frame | share |",
+                "|---|---|",
+                *[f"| `{row['frame']}` | {row['share']:.1%} |" for row in top],
+            ]
+    lines.append("")
+    return lines
 
 
 if __name__ == "__main__":
