@@ -43,6 +43,6 @@ def create_token(session: Session, owner: str, is_admin: bool = False) -> str:
     return token
 
 
-def authenticate(session: Session, token: str) -> Principal | None:
-    row = api_tokens.find_active(session, hash_token(token))
+def authenticate(session: Session, token_sha256: str) -> Principal | None:
+    row = api_tokens.find_active(session, token_sha256)
     return Principal(owner=row.owner, is_admin=row.is_admin) if row else None

@@ -1,8 +1,9 @@
-"""The API process's background work, on one thread: the collector, and every few seconds the
-reaper (lost workers' jobs), the waiting-reason check, the outbox sweeper and (each minute, when
-`TRAINJOBS_RETENTION_DAYS` is set) the retention sweep. Each step is guarded
-on its own, so one that fails never stops the others; the collector backs off (capped) while SQL
-or Redis is away."""
+"""The API's background work, on one thread of one API process at a time (the leader, see
+service.leadership): the collector, and every few seconds the reaper (lost workers' jobs), the
+waiting-reason check, the outbox sweeper and (each minute, when `TRAINJOBS_RETENTION_DAYS` is set)
+the retention sweep. Each step is guarded on its own, so one that fails never stops the others;
+the collector backs off (capped) while SQL or Redis is away. The other API processes' loops wait,
+trying for the lead each second."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from trainjobs.contract.workers import live_workers
 from trainjobs.service import dispatch, reaper, retention
 from trainjobs.service.collector import EventCollector
+from trainjobs.service.leadership import Leadership, leader_key
 from trainjobs.settings import Settings
 from trainjobs.store import CheckpointStore
 
@@ -25,6 +27,7 @@ log = logging.getLogger(__name__)
 
 EXPLAIN_EVERY_SECONDS = 5.0
 RETENTION_EVERY_SECONDS = 60.0
+FOLLOWER_WAIT_SECONDS = 1.0
 
 
 class BackgroundLoop:
@@ -51,6 +54,7 @@ class BackgroundLoop:
             log_lines_cap=settings.log_lines_per_job,
             max_attempts=settings.max_attempts,
         )
+        self.leadership = Leadership(self.redis, leader_key(settings.namespace))
         self._last_fleet: list[tuple[str, int]] | None = None
         self._next_explain = 0.0
         self._next_retention = 0.0
@@ -63,6 +67,7 @@ class BackgroundLoop:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
+        self.leadership.release()
 
     def _sweep(self) -> None:
         """Each step on its own: one that raises (SQL or Redis away, a bad row) is logged and
@@ -103,6 +108,11 @@ class BackgroundLoop:
         next_sweep = 0.0
         backoff = 0.5
         while not self._stop.is_set():
+            # Checked before each step: a process that lost the lead (paused past its lock's
+            # expiry) does nothing more once another has taken over.
+            if not self.leadership.hold():
+                self._stop.wait(FOLLOWER_WAIT_SECONDS)
+                continue
             if time.monotonic() >= next_sweep:
                 self._sweep()
                 next_sweep = time.monotonic() + self.settings.sweep_interval_seconds

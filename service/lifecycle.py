@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from trainjobs.contract.events import TERMINAL_STATES, CheckpointRecord, EpochMetrics, Progress, StateChange
 from trainjobs.contract.spec import JobSpec
-from trainjobs.service import timeline
+from trainjobs.service import job_cache, timeline
 from trainjobs.service.errors import Conflict
 from trainjobs.service.repositories import checkpoints, dispatch_intents, epoch_metrics, job_labels, job_nodes, jobs
 from trainjobs.service.tables import JobRow, utcnow
@@ -136,6 +136,7 @@ def delete(session: Session, job: JobRow) -> None:
     """A terminal job, gone with everything SQL holds of it (its checkpoint files are the
     caller's to remove once this commits). No event: nobody is left to read the stream."""
     _check(job, "delete")
+    job_cache.note_deleted(session, job)
     jobs.remove(session, job)
 
 

@@ -250,9 +250,12 @@ class Stack:
             TRAINJOBS_NAMESPACE=self.namespace,
             TRAINJOBS_OUTBOX_GRACE_SECONDS="1",
             TRAINJOBS_SWEEP_INTERVAL_SECONDS="0.5",
+            # One API process unless a test asks for more (tests/e2e/test_api_processes.py): a
+            # test that kills "the API" kills the process that answers.
+            TRAINJOBS_API_WORKERS="1",
             PYTHONUNBUFFERED="1",
-            **extra_env,
         )
+        self.env.update(extra_env)
         self.database_url = database_url
         self.redis_url = redis_url
         self.cpu_slots = cpu_slots

@@ -139,6 +139,7 @@ def _service_commands(commands: _Commands) -> None:
     api = commands.add("api", _api, "run the HTTP API alone", extra="server")
     api.add_argument("--host", default="127.0.0.1")
     api.add_argument("--port", type=int, default=8000)
+    api.add_argument("--workers", type=int, help="API processes [TRAINJOBS_API_WORKERS, by default the host's cores]")
 
     token = commands.group("token", "manage API tokens (on the server)")
     create = token.add_parser("create", help="create a token; prints it as the last line")
@@ -260,9 +261,25 @@ def _migrate(_args) -> None:
 def _api(args) -> None:
     import uvicorn
 
-    from trainjobs.service.api.app import create_app
+    settings = _settings()
+    workers = getattr(args, "workers", None) or settings.api_workers
+    if workers < 1:
+        raise UsageError("--workers must be at least 1")
+    if workers == 1:
+        from trainjobs.service.api.app import create_app
 
-    uvicorn.run(create_app(_settings()), host=args.host, port=args.port, log_level="info")
+        uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info")
+        return
+    # Each process builds its own app (its own pools and clients) from the same TRAINJOBS_*
+    # environment; uvicorn's supervisor restarts one that dies.
+    uvicorn.run(
+        "trainjobs.service.api.app:create_app_in_worker_process",
+        factory=True,
+        workers=workers,
+        host=args.host,
+        port=args.port,
+        log_level="info",
+    )
 
 
 def _worker(args) -> None:

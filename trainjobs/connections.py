@@ -8,6 +8,7 @@ request (or per heartbeat) would open a connection each time.
 from __future__ import annotations
 
 import redis
+import redis.asyncio
 from celery import Celery
 
 from trainjobs.settings import Settings
@@ -18,6 +19,12 @@ def redis_client(settings: Settings) -> redis.Redis:
     return redis.Redis.from_url(
         settings.redis_url, socket_timeout=timeout, socket_connect_timeout=timeout, health_check_interval=30
     )
+
+
+def async_redis_client(settings: Settings) -> redis.asyncio.Redis:
+    """For the API's event loop (its one per-request Redis read: a job's version)."""
+    timeout = settings.redis_timeout_seconds
+    return redis.asyncio.Redis.from_url(settings.redis_url, socket_timeout=timeout, socket_connect_timeout=timeout)
 
 
 def celery_app(name: str, settings: Settings) -> Celery:

@@ -5,6 +5,7 @@ Bad values fail at start-up, not in the middle of a job.
 
 from __future__ import annotations
 
+import os
 from functools import cached_property
 from pathlib import Path
 
@@ -78,6 +79,20 @@ class Settings(BaseSettings):
             "hold the GIL, and on 2 cores 40 threads (anyio's default) served half the requests per "
             "second of 2 to 8 under 50 clients, with p99 three times longer (BENCHMARKS.md)"
         ),
+    )
+    api_workers: int = Field(
+        default_factory=lambda: os.cpu_count() or 1,
+        ge=1,
+        le=64,
+        description="API processes serving requests [the host's cores]; one of them at a time runs the "
+        "collector and the sweeps (a lock in Redis)",
+    )
+    token_cache_seconds: float = Field(
+        5.0,
+        ge=0.0,
+        le=300.0,
+        description="how long an API process trusts a token it has checked: a revoked token stops working "
+        "within this time (0: check SQL on every request)",
     )
     api_docs: bool = Field(False, description="serve Swagger's /docs page (its scripts come from a CDN)")
     cors_origins: str = Field("", description="comma-separated origins a dashboard may call the API from [none]")

@@ -21,6 +21,7 @@ from trainjobs.connections import celery_app, redis_client
 from trainjobs.contract.dispatch import RUN_JOB_TASK, queue_for
 from trainjobs.contract.workers import live_workers
 from trainjobs.service.db import make_engine, make_session_factory
+from trainjobs.service.job_cache import JobCacheWriter
 from trainjobs.settings import Settings
 from trainjobs.worker.devices import DevicePool
 from trainjobs.worker.heartbeat import Heartbeat
@@ -40,9 +41,12 @@ def create_worker_app(settings: Settings, pool: DevicePool, hostname: str, clien
     def send_again(job_id: str) -> None:
         app.send_task(RUN_JOB_TASK, args=[job_id], queue=queue)
 
+    # The worker changes jobs too (claim, join, requeue): its changes reach pollers' ETags.
+    sessions = make_session_factory(make_engine(settings.sql_url))
+    JobCacheWriter(client, settings.namespace).watch(sessions)
     runner = JobRunner(
         settings,
-        make_session_factory(make_engine(settings.sql_url)),
+        sessions,
         pool,
         hostname,
         send_again,

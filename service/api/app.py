@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
+import signal
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -14,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 
-from trainjobs.connections import redis_client
+from trainjobs.connections import async_redis_client, redis_client
 from trainjobs.service.api import prometheus
 from trainjobs.service.api.authentication import AuthenticationMiddleware
 from trainjobs.service.api.body_guard import BodyGuardMiddleware
@@ -27,10 +29,13 @@ from trainjobs.service.background import BackgroundLoop
 from trainjobs.service.db import make_engine, make_session_factory
 from trainjobs.service.dispatch import Dispatcher
 from trainjobs.service.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from trainjobs.service.job_cache import JobCache, JobCacheWriter
 from trainjobs.settings import Settings, load_settings
 from trainjobs.store import CheckpointStore
 
 log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -38,12 +43,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     engine = make_engine(settings.sql_url)
     read_engine = make_engine(settings.sql_url, read_only=True) if settings.sql_url.startswith("sqlite") else engine
     sessions = make_session_factory(engine)
+    client = redis_client(settings)
+    JobCacheWriter(client, settings.namespace).watch(sessions)
     state = AppState(
         settings=settings,
         sessions=sessions,
         read_sessions=make_session_factory(read_engine),
         dispatcher=Dispatcher(settings, sessions),
-        redis=redis_client(settings),
+        redis=client,
+        job_cache=JobCache(async_redis_client(settings), settings.namespace),
         checkpoint_store=CheckpointStore(settings.checkpoint_store),
     )
 
@@ -64,6 +72,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         engine.dispose()
         read_engine.dispose()
         state.redis.close()
+        await state.job_cache.client.aclose()
 
     # Swagger's page loads its scripts from a CDN, on the origin whose sessionStorage holds the
     # dashboard's token: off unless asked for. /openapi.json is always served.
@@ -94,11 +103,29 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     return app
 
 
+def create_app_in_worker_process() -> FastAPI:
+    """The app of one of several API processes (`trainjobs api --workers N`). It asks the kernel
+    to end it when its supervisor dies, even by SIGKILL: a process left behind would go on
+    answering on the shared socket."""
+    _end_with_parent()
+    return create_app()
+
+
+def _end_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the supervisor's own shutdown still ends it
+        log.warning("cannot ask to end with the supervisor on this platform")
+
+
 def _install_middleware(app: FastAPI, settings: Settings, state: AppState) -> None:
     """Outermost last: latency, security headers, CORS (answers preflights without a token),
     authentication (before any body is read), the body guard, then the routes."""
     app.add_middleware(BodyGuardMiddleware, max_bytes=settings.max_request_bytes)
-    app.add_middleware(AuthenticationMiddleware, sessions=state.read_sessions)
+    app.add_middleware(
+        AuthenticationMiddleware, sessions=state.read_sessions, cache_seconds=settings.token_cache_seconds
+    )
     if settings.cors_origin_list:
         app.add_middleware(
             CORSMiddleware,

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from trainjobs.service.auth import Principal
 from trainjobs.service.db import run_on_commit_callbacks
 from trainjobs.service.dispatch import Dispatcher
+from trainjobs.service.job_cache import JobCache
 from trainjobs.settings import Settings
 from trainjobs.store import CheckpointStore
 
@@ -32,6 +33,7 @@ class AppState:
     read_sessions: sessionmaker[Session]  # for GET requests (on SQLite: never wait for writers)
     dispatcher: Dispatcher
     redis: redis.Redis  # the process's one Redis client
+    job_cache: JobCache  # each job's version and document in Redis: polls without SQL
     checkpoint_store: CheckpointStore
 
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.harness import tiny_wavenet_spec
+from tests.harness import tiny_wavenet_spec, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -96,7 +96,8 @@ def test_tokens_are_listed_without_their_secret_and_a_revoked_one_is_refused(sta
     token_id = next(line.split()[0] for line in listing.splitlines() if "mallory" in line)
     revoked = subprocess.run([TRAINJOBS, "token", "revoke", token_id], capture_output=True, text=True, env=env)
     assert revoked.returncode == 0 and revoked.stdout.strip() == f"revoked {token_id}"
-    assert stack.client(created).get("/v1/jobs").status_code == 401
+    # The API trusts a token it checked for TRAINJOBS_TOKEN_CACHE_SECONDS (5 by default).
+    wait_until(lambda: stack.client(created).get("/v1/jobs").status_code == 401, 15, what="the token refused")
 
 
 def test_logs_follow_prints_each_line_once_and_exits_when_the_job_ends(stack_on, sqlite_url):

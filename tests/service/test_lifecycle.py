@@ -138,6 +138,18 @@ WRITING_CALLS = {
 }
 
 
+def _assigned(target: ast.expr) -> list[ast.expr]:
+    """What an assignment writes to: `job.x`, each of a tuple's, and for `job.x[k]` the
+    `job.x` it changes (not the `k` that only names the item: `seen[job.id] = ...` writes no job)."""
+    if isinstance(target, ast.Tuple | ast.List):
+        return [part for element in target.elts for part in _assigned(element)]
+    if isinstance(target, ast.Starred):
+        return _assigned(target.value)
+    if isinstance(target, ast.Subscript):
+        return _assigned(target.value)
+    return [target]
+
+
 def job_column_writes(tree: ast.AST) -> list[str]:
     """Assignments to a job row's columns, calls of the writing functions, setattr, update(JobRow)."""
     found = []
@@ -148,7 +160,7 @@ def job_column_writes(tree: ast.AST) -> list[str]:
         elif isinstance(node, ast.AugAssign | ast.AnnAssign):
             targets = [node.target]
         for target in targets:
-            for part in ast.walk(target):
+            for part in _assigned(target):
                 if (
                     isinstance(part, ast.Attribute)
                     and part.attr in JOB_COLUMNS
@@ -194,6 +206,8 @@ def test_the_column_write_search_finds_a_write():
             "jobs.claim(s, 'j', 'w', 1)",
             "s.execute(update(JobRow).values(x=1))",
             "setattr(job, 'a', 1)",
+            "job.metrics['loss'] = 1.0",
+            "seen[job.id] = job",
         ]
     )
-    assert len(job_column_writes(ast.parse(code))) == 4
+    assert len(job_column_writes(ast.parse(code))) == 5

@@ -6,13 +6,17 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, Request, Response, status
 from fastapi.responses import PlainTextResponse, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from trainjobs.contract.job import JobDocument, JobPage
 from trainjobs.contract.spec import JobSpec
 from trainjobs.service import jobs, log_stream, timeline
-from trainjobs.service.api.deps import State, bearer_scheme, unit_of_work
+from trainjobs.service.api.deps import State, bearer_scheme, require_caller, unit_of_work
 from trainjobs.service.api.error_docs import errors
+from trainjobs.service.job_cache import CachedJob, cached_form
 from trainjobs.service.sse import job_event_stream
+
+MAX_JOB_ID_LENGTH = 64  # longer is no job's id: not worth a Redis key
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=errors(401, 404), dependencies=bearer_scheme)
 
@@ -61,16 +65,32 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobDocument, responses={304: {"description": "unchanged since the ETag given"}})
-def get_job(job_id: str, request: Request, response: Response, if_none_match: Annotated[str | None, Header()] = None):
+async def get_job(
+    job_id: str, request: Request, state: State, if_none_match: Annotated[str | None, Header()] = None
+) -> Response:
+    """Made to be polled: the version and document come from Redis (service.job_cache), with
+    neither SQL nor a thread; only a job Redis does not hold is read from SQL (and then held)."""
+    caller = require_caller(request)
+    cached = await state.job_cache.lookup(job_id) if len(job_id) <= MAX_JOB_ID_LENGTH else None
+    if cached is None or not caller.can_see(cached.owner):
+        cached = await run_in_threadpool(_read_job, request, job_id)  # 404 unless the caller's
+        await state.job_cache.remember(job_id, cached)
+    etag = cached.etag(job_id)
+    if etag in _entity_tags(if_none_match):
+        return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers={"ETag": etag})
+    return Response(cached.document, media_type="application/json", headers={"ETag": etag})
+
+
+def _read_job(request: Request, job_id: str) -> CachedJob:
     with unit_of_work(request) as work:
-        job = jobs.get_visible(work.session, work.caller, job_id)
-        # Every change to a job bumps updated_at, so it names the document's version: a poll of
-        # an unchanged job costs one indexed read and no serialisation.
-        etag = f'"{job.id}-{int(job.updated_at.timestamp() * 1_000_000)}"'
-        if if_none_match is not None and etag in [tag.strip() for tag in if_none_match.split(",")]:
-            return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers={"ETag": etag})
-        response.headers["ETag"] = etag
-        return timeline.document(job)
+        return cached_form(jobs.get_visible(work.session, work.caller, job_id))
+
+
+def _entity_tags(if_none_match: str | None) -> set[str]:
+    """The tags of an If-None-Match header; a weak tag (W/"...") compares as its strong self."""
+    if not if_none_match:
+        return set()
+    return {tag.strip().removeprefix("W/") for tag in if_none_match.split(",") if tag.strip()}
 
 
 @router.get(

@@ -1,0 +1,170 @@
+"""Each job's current version and document, kept in Redis, so that polling a job costs the API
+no SQL: `GET /v1/jobs/{id}` answers a 304 or the document from here.
+
+A job's version is its `event_seq`: every change to a job's document appends a job event in the
+same transaction (`timeline`), which numbers it. The ETag is `"<job id>-<event_seq>"`.
+
+Redis holds `<namespace>:job:<id>`, either `<seq>\\n<owner as JSON>\\n<document JSON>` (what SQL
+has committed) or `p<seq>` (a transaction is writing version `seq`: ask SQL). How it stays true:
+- a transaction that changes a job marks it `p<seq>` as it flushes the change, before it commits;
+- after its commit it publishes the version and document, unless the key names a later version;
+- a poll that finds nothing reads SQL and fills the key only if it is still absent.
+So a process killed between its commit and its publish leaves the mark: polls read SQL until it
+expires. Every key expires after `TTL_SECONDS`, which bounds the one case this cannot cover: a
+change committed while its process could not reach Redis at all (that is logged).
+
+A deleted job's key is left marked, with nothing to publish over it: polls read SQL (404).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+import redis
+import redis.asyncio
+from redis.commands.core import Script
+from sqlalchemy import event, inspect
+from sqlalchemy.orm import Session, sessionmaker
+
+from trainjobs.service import timeline
+from trainjobs.service.tables import JobRow
+
+log = logging.getLogger(__name__)
+
+TTL_SECONDS = 60
+
+# Both scripts keep the key at the highest version any writer has named: a slower writer of an
+# older version never overwrites a newer one.
+_NEWER_KNOWN = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local seq = tonumber(string.match(current, '^p?(%d+)'))
+  if seq and seq > tonumber(ARGV[1]) then return 0 end
+end
+"""
+_PUBLISH = _NEWER_KNOWN + "redis.call('SET', KEYS[1], ARGV[1] .. '\\n' .. ARGV[2], 'EX', ARGV[3]) return 1"
+_MARK = _NEWER_KNOWN + "redis.call('SET', KEYS[1], 'p' .. ARGV[1], 'EX', ARGV[2]) return 1"
+
+_SESSION_KEY = "job_cache"  # session.info: job id -> its row changed, or _Deleted
+
+
+@dataclass(frozen=True)
+class CachedJob:
+    seq: int
+    owner: str
+    document: bytes  # the job document's JSON
+
+    def etag(self, job_id: str) -> str:
+        return etag(job_id, self.seq)
+
+
+@dataclass(frozen=True)
+class _Deleted:
+    seq: int  # past the job's last version: no older publish lands over its mark
+
+
+def etag(job_id: str, seq: int) -> str:
+    return f'"{job_id}-{seq}"'
+
+
+def cached_form(job: JobRow) -> CachedJob:
+    return CachedJob(job.event_seq or 0, job.owner, timeline.document(job).model_dump_json().encode())
+
+
+def note_deleted(session: Session, job: JobRow) -> None:
+    """Called by the delete transition: the row goes by a bulk DELETE, which no flush shows."""
+    session.info.setdefault(_SESSION_KEY, {})[job.id] = _Deleted((job.event_seq or 0) + 1)
+
+
+class JobCacheWriter:
+    """Marks and publishes the job changes made through the sessions it watches (the API's, its
+    background loop's, a worker's)."""
+
+    def __init__(self, client: redis.Redis, namespace: str):
+        self.prefix = key_prefix(namespace)
+        self._publish = client.register_script(_PUBLISH)
+        self._mark = client.register_script(_MARK)
+
+    def watch(self, sessions: sessionmaker[Session]) -> None:
+        event.listen(sessions, "after_flush", self._after_flush)
+        event.listen(sessions, "before_commit", self._before_commit)
+        event.listen(sessions, "after_commit", self._after_commit)
+        event.listen(sessions, "after_soft_rollback", self._after_rollback)
+
+    def _after_flush(self, session: Session, _context: object) -> None:
+        changes = session.info.setdefault(_SESSION_KEY, {})
+        for row in (*session.new, *session.dirty):
+            if isinstance(row, JobRow) and inspect(row).attrs.event_seq.history.has_changes():
+                changes[row.id] = row
+                # A new job has no key yet (nobody could have read it): nothing can go stale.
+                if row not in session.new:
+                    self._call("mark", self._mark, row.id, row.event_seq, TTL_SECONDS)
+
+    def _before_commit(self, session: Session) -> None:
+        for job_id, change in session.info.get(_SESSION_KEY, {}).items():
+            if isinstance(change, _Deleted):
+                self._call("mark", self._mark, job_id, change.seq, TTL_SECONDS)
+
+    def _after_commit(self, session: Session) -> None:
+        for job_id, change in session.info.pop(_SESSION_KEY, {}).items():
+            if isinstance(change, JobRow):
+                cached = cached_form(change)
+                self._call("publish", self._publish, job_id, cached.seq, _encode(cached), TTL_SECONDS)
+
+    def _after_rollback(self, session: Session, _previous: object) -> None:
+        # A rolled-back change's marks stay until they expire: polls read SQL meanwhile.
+        session.info.pop(_SESSION_KEY, None)
+
+    def _call(self, what: str, script: Script, job_id: str, *args: str | int | bytes) -> None:
+        try:
+            script(keys=[self.prefix + job_id], args=list(args))
+        except redis.RedisError as error:
+            log.warning(
+                "could not %s job %s in Redis (a poll may miss this change for up to %d s): %s",
+                what,
+                job_id,
+                TTL_SECONDS,
+                error,
+            )
+
+
+class JobCache:
+    """The API's side, on its event loop: what Redis holds of a job, and filling it in from SQL
+    when it holds nothing."""
+
+    def __init__(self, client: redis.asyncio.Redis, namespace: str):
+        self.client = client
+        self.prefix = key_prefix(namespace)
+
+    async def lookup(self, job_id: str) -> CachedJob | None:
+        """The committed version and document, or None (not held, being written, or Redis away)."""
+        try:
+            value = await self.client.get(self.prefix + job_id)
+        except redis.RedisError:
+            return None
+        if isinstance(value, str):  # a client made with decode_responses
+            value = value.encode()
+        if value is None or value.startswith(b"p"):
+            return None
+        seq, owner, document = value.split(b"\n", 2)
+        return CachedJob(int(seq), json.loads(owner), document)
+
+    async def remember(self, job_id: str, cached: CachedJob) -> None:
+        """Fill in what SQL said, unless a writer has marked or published meanwhile."""
+        try:
+            await self.client.set(
+                self.prefix + job_id, f"{cached.seq}\n".encode() + _encode(cached), nx=True, ex=TTL_SECONDS
+            )
+        except redis.RedisError:
+            pass
+
+
+def _encode(cached: CachedJob) -> bytes:
+    """Owner and document, after the version: the owner as JSON keeps it on one line."""
+    return json.dumps(cached.owner).encode() + b"\n" + cached.document
+
+
+def key_prefix(namespace: str) -> str:
+    return f"{namespace}:job:"
