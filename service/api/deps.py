@@ -43,7 +43,8 @@ class Work:
     caller: Principal
 
 
-def app_state(request: Request) -> AppState:
+async def app_state(request: Request) -> AppState:
+    # async: FastAPI runs a sync dependency in a worker thread, a hand-off per request.
     return request.app.state.trainjobs
 
 
@@ -51,7 +52,7 @@ def app_state(request: Request) -> AppState:
 def unit_of_work(request: Request) -> Iterator[Work]:
     """The request's one transaction, with its authenticated caller: committed once, when the
     block ends without error, then the on-commit callbacks (the dispatch message) run."""
-    state = app_state(request)
+    state: AppState = request.app.state.trainjobs
     sessions = state.read_sessions if request.method in ("GET", "HEAD") else state.sessions
     with sessions() as session:
         with session.begin():
