@@ -315,6 +315,12 @@ def render_polling(polling: dict, before: dict | None) -> list[str]:
             f"| {r['database']} | {r['jobs']:,} | {r['answer']} | **{r['requests_per_s']}** | {r['p50']} | "
             f"{r['p99']} | {was.get('requests_per_s', '–')} | {was.get('p99', '–')} |"
         )
+    lines += [
+        "",
+        f"After: {polling.get('api_workers', '?')} API processes (`TRAINJOBS_API_WORKERS`, the default: the "
+        "cores); section 4 has the same requests through one process, from the same run. The machine's speed "
+        "drifts between runs (section 3's shell script is the yardstick), so compare the before column with care.",
+    ]
     if before:
         lines += ["", f"Before: {before.get('measured', 'not recorded')}."]
     for label, profiles in (("after", polling.get("profiles")), ("before", (before or {}).get("profiles"))):
