@@ -37,6 +37,23 @@ def settings(tmp_path, database_url, namespace) -> Settings:
 
 
 @pytest.fixture
+def writer_sessions(settings):
+    """Sessions as a worker's, the collector's or the reaper's are made: their job changes reach
+    the API's job cache (service/job_cache.py)."""
+    from trainjobs.connections import redis_client
+    from trainjobs.service.db import make_engine, make_session_factory
+    from trainjobs.service.job_cache import JobCacheWriter
+
+    engine = make_engine(settings.sql_url)
+    client = redis_client(settings)
+    sessions = make_session_factory(engine)
+    JobCacheWriter(client, settings.namespace).watch(sessions)
+    yield sessions
+    client.close()
+    engine.dispose()
+
+
+@pytest.fixture
 def api(settings) -> TestClient:
     """The real app on the real SQL and Redis, in-process (no background loop)."""
     from trainjobs.service.api.app import create_app

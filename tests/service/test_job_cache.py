@@ -20,18 +20,6 @@ from trainjobs.service.tables import ApiTokenRow, utcnow
 
 
 @pytest.fixture
-def writer_sessions(settings):
-    """Sessions as a worker's or the collector's are made: watched by a JobCacheWriter."""
-    engine = make_engine(settings.sql_url)
-    client = redis_client(settings)
-    sessions = make_session_factory(engine)
-    JobCacheWriter(client, settings.namespace).watch(sessions)
-    yield sessions
-    client.close()
-    engine.dispose()
-
-
-@pytest.fixture
 def unwatched_sessions(settings):
     engine = make_engine(settings.sql_url)
     yield make_session_factory(engine)

@@ -12,11 +12,9 @@ import pytest
 from sqlalchemy import func, select
 
 from tests.harness import tiny_wavenet_spec
-from trainjobs.connections import redis_client
 from trainjobs.contract.events import CheckpointRecord, EpochMetrics, LogLines
 from trainjobs.service import lifecycle
-from trainjobs.service.db import make_engine, make_session_factory, transaction
-from trainjobs.service.job_cache import JobCacheWriter
+from trainjobs.service.db import transaction
 from trainjobs.service.repositories import job_logs, jobs
 from trainjobs.service.tables import (
     CheckpointRow,
@@ -33,16 +31,9 @@ CHILD_TABLES = (EpochMetricsRow, CheckpointRow, JobEventRow, JobLogLineRow, JobN
 
 
 @pytest.fixture
-def sessions(settings):
-    """Sessions that stand in for a worker's and the collector's: like theirs, their job changes
-    reach the API's job cache."""
-    engine = make_engine(settings.sql_url)
-    client = redis_client(settings)
-    sessions = make_session_factory(engine)
-    JobCacheWriter(client, settings.namespace).watch(sessions)
-    yield sessions
-    client.close()
-    engine.dispose()
+def sessions(writer_sessions):
+    """They stand in for a worker's and the collector's."""
+    return writer_sessions
 
 
 def ended_job_with_results(api, headers, sessions, store_root: Path) -> tuple[str, list[str]]:
