@@ -108,14 +108,17 @@ class BackgroundLoop:
         next_sweep = 0.0
         backoff = 0.5
         while not self._stop.is_set():
-            # Checked before each step: a process that lost the lead (paused past its lock's
-            # expiry) does nothing more once another has taken over.
+            # Checked before the sweep and again before the collector (a sweep can outlast the
+            # lock): a process that lost the lead, paused past its lock's expiry, does nothing
+            # more once another has taken over.
             if not self.leadership.hold():
                 self._stop.wait(FOLLOWER_WAIT_SECONDS)
                 continue
             if time.monotonic() >= next_sweep:
                 self._sweep()
                 next_sweep = time.monotonic() + self.settings.sweep_interval_seconds
+                if not self.leadership.hold():
+                    continue
             try:
                 self.collector.poll(block_ms=500)
                 backoff = 0.5
