@@ -44,7 +44,7 @@ if current then
   if seq and seq > tonumber(ARGV[1]) then return 0 end
 end
 """
-_PUBLISH = _NEWER_KNOWN + "redis.call('SET', KEYS[1], ARGV[1] .. '\\n' .. ARGV[2], 'EX', ARGV[3]) return 1"
+_PUBLISH = _NEWER_KNOWN + "redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3]) return 1"
 _MARK = _NEWER_KNOWN + "redis.call('SET', KEYS[1], 'p' .. ARGV[1], 'EX', ARGV[2]) return 1"
 
 _SESSION_KEY = "job_cache"  # session.info: job id -> its row changed, or _Deleted
@@ -57,16 +57,16 @@ class CachedJob:
     document: bytes  # the job document's JSON
 
     def etag(self, job_id: str) -> str:
-        return etag(job_id, self.seq)
+        return f'"{job_id}-{self.seq}"'
+
+    def stored(self) -> bytes:
+        """As Redis holds it: version, owner (as JSON, so on one line) and document."""
+        return f"{self.seq}\n{json.dumps(self.owner)}\n".encode() + self.document
 
 
 @dataclass(frozen=True)
 class _Deleted:
     seq: int  # past the job's last version: no older publish lands over its mark
-
-
-def etag(job_id: str, seq: int) -> str:
-    return f'"{job_id}-{seq}"'
 
 
 def cached_form(job: JobRow) -> CachedJob:
@@ -100,22 +100,29 @@ class JobCacheWriter:
                 changes[row.id] = row
                 # A new job has no key yet (nobody could have read it): nothing can go stale.
                 if row not in session.new:
-                    self._call("mark", self._mark, row.id, row.event_seq, TTL_SECONDS)
+                    self.mark(row.id, row.event_seq)
 
     def _before_commit(self, session: Session) -> None:
         for job_id, change in session.info.get(_SESSION_KEY, {}).items():
             if isinstance(change, _Deleted):
-                self._call("mark", self._mark, job_id, change.seq, TTL_SECONDS)
+                self.mark(job_id, change.seq)
 
     def _after_commit(self, session: Session) -> None:
         for job_id, change in session.info.pop(_SESSION_KEY, {}).items():
             if isinstance(change, JobRow):
-                cached = cached_form(change)
-                self._call("publish", self._publish, job_id, cached.seq, _encode(cached), TTL_SECONDS)
+                self.publish(job_id, cached_form(change))
 
     def _after_rollback(self, session: Session, _previous: object) -> None:
         # A rolled-back change's marks stay until they expire: polls read SQL meanwhile.
         session.info.pop(_SESSION_KEY, None)
+
+    def mark(self, job_id: str, seq: int) -> None:
+        """Version `seq` is being written: polls go to SQL until it is published."""
+        self._call("mark", self._mark, job_id, seq, TTL_SECONDS)
+
+    def publish(self, job_id: str, cached: CachedJob) -> None:
+        """A committed version, unless Redis already names a later one."""
+        self._call("publish", self._publish, job_id, cached.seq, cached.stored(), TTL_SECONDS)
 
     def _call(self, what: str, script: Script, job_id: str, *args: str | int | bytes) -> None:
         try:
@@ -154,16 +161,9 @@ class JobCache:
     async def remember(self, job_id: str, cached: CachedJob) -> None:
         """Fill in what SQL said, unless a writer has marked or published meanwhile."""
         try:
-            await self.client.set(
-                self.prefix + job_id, f"{cached.seq}\n".encode() + _encode(cached), nx=True, ex=TTL_SECONDS
-            )
+            await self.client.set(self.prefix + job_id, cached.stored(), nx=True, ex=TTL_SECONDS)
         except redis.RedisError:
             pass
-
-
-def _encode(cached: CachedJob) -> bytes:
-    """Owner and document, after the version: the owner as JSON keeps it on one line."""
-    return json.dumps(cached.owner).encode() + b"\n" + cached.document
 
 
 def key_prefix(namespace: str) -> str:

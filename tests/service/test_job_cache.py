@@ -14,7 +14,7 @@ from trainjobs.contract.events import EpochMetrics
 from trainjobs.service import lifecycle
 from trainjobs.service.auth import hash_token
 from trainjobs.service.db import make_engine, make_session_factory, transaction
-from trainjobs.service.job_cache import JobCache, JobCacheWriter, key_prefix
+from trainjobs.service.job_cache import CachedJob, JobCache, JobCacheWriter, key_prefix
 from trainjobs.service.repositories import api_tokens, jobs
 from trainjobs.service.tables import ApiTokenRow, utcnow
 
@@ -101,7 +101,7 @@ def test_a_writer_that_died_between_its_commit_and_its_publish_leaves_polls_on_s
     with transaction(unwatched_sessions) as session:
         job = lifecycle.claim(session, job_id, "w1", lease_seconds=30)
         session.flush()
-        writer._call("mark", writer._mark, job_id, job.event_seq, 60)  # what its flush did
+        writer.mark(job_id, job.event_seq)  # what its flush did
     answer = api.get(f"/v1/jobs/{job_id}", headers={**alice, "If-None-Match": etag})
     assert answer.status_code == 200 and answer.json()["state"] == "running"
 
@@ -109,13 +109,12 @@ def test_a_writer_that_died_between_its_commit_and_its_publish_leaves_polls_on_s
 def test_an_older_version_never_replaces_a_newer_one(settings):
     writer = JobCacheWriter(redis_client(settings), settings.namespace)
     cache = JobCache(async_redis_client(settings), settings.namespace)
-    owner = '"alice"\n'
 
     async def scenario():
-        writer._call("publish", writer._publish, "j1", 6, owner + '{"v": 6}', 60)
-        writer._call("publish", writer._publish, "j1", 5, owner + '{"v": 5}', 60)  # a slower writer
+        writer.publish("j1", CachedJob(6, "alice", b'{"v": 6}'))
+        writer.publish("j1", CachedJob(5, "alice", b'{"v": 5}'))  # a slower writer
         newest = await cache.lookup("j1")
-        writer._call("mark", writer._mark, "j1", 7, 60)
+        writer.mark("j1", 7)
         await cache.remember("j1", newest)  # a reader that read SQL before the mark
         marked = await cache.lookup("j1")
         await cache.client.aclose()
