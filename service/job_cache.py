@@ -14,6 +14,10 @@ expires. Every key expires after `TTL_SECONDS`, which bounds the one case this c
 change committed while its process could not reach Redis at all (that is logged).
 
 A deleted job's key is left marked, with nothing to publish over it: polls read SQL (404).
+
+After the commit the writer also announces each changed job's state on the job-state channel
+(trainjobs.contract.notices): the worker running that job wakes at once for a cancel, instead of
+reading SQL every second.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from redis.commands.core import Script
 from sqlalchemy import event, inspect
 from sqlalchemy.orm import Session, sessionmaker
 
+from trainjobs.contract.notices import job_state_channel, state_notice
 from trainjobs.service import timeline
 from trainjobs.service.tables import JobRow
 
@@ -80,10 +85,12 @@ def note_deleted(session: Session, job: JobRow) -> None:
 
 class JobCacheWriter:
     """Marks and publishes the job changes made through the sessions it watches (the API's, its
-    background loop's, a worker's)."""
+    background loop's, a worker's), and announces their committed states."""
 
     def __init__(self, client: redis.Redis, namespace: str):
+        self.client = client
         self.prefix = key_prefix(namespace)
+        self.state_channel = job_state_channel(namespace)
         self._publish = client.register_script(_PUBLISH)
         self._mark = client.register_script(_MARK)
 
@@ -111,6 +118,7 @@ class JobCacheWriter:
         for job_id, change in session.info.pop(_SESSION_KEY, {}).items():
             if isinstance(change, JobRow):
                 self.publish(job_id, cached_form(change))
+                self.announce(job_id, change.state)
 
     def _after_rollback(self, session: Session, _previous: object) -> None:
         # A rolled-back change's marks stay until they expire: polls read SQL meanwhile.
@@ -123,6 +131,15 @@ class JobCacheWriter:
     def publish(self, job_id: str, cached: CachedJob) -> None:
         """A committed version, unless Redis already names a later one."""
         self._call("publish", self._publish, job_id, cached.seq, cached.stored(), TTL_SECONDS)
+
+    def announce(self, job_id: str, state: str) -> None:
+        """Tell the workers the job's committed state (the one running it reads SQL if it matters)."""
+        try:
+            self.client.publish(self.state_channel, state_notice(job_id, state))
+        except redis.RedisError as error:
+            log.warning(
+                "could not announce job %s's new state (its worker reads it at its next renewal): %s", job_id, error
+            )
 
     def _call(self, what: str, script: Script, job_id: str, *args: str | int | bytes) -> None:
         try:

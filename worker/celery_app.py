@@ -5,7 +5,7 @@ launcher process and keeps the job's lease alive while it runs; the ranks are th
 children (see trainjobs.worker.launcher for why not Celery's prefork children).
 
 The process holds one Redis client (heartbeat, fleet reads, reports) and one Celery app, both
-from trainjobs.connections.
+from trainjobs.connections, and one subscription to job-state notices (trainjobs.worker.state_notices).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from trainjobs.worker.heartbeat import Heartbeat
 from trainjobs.worker.job_runner import JobRunner
 from trainjobs.worker.network import address_towards
 from trainjobs.worker.reporter import EventReporter
+from trainjobs.worker.state_notices import StateNotices
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ def create_worker_app(settings: Settings, pool: DevicePool, hostname: str, clien
         send_again,
         live_workers=lambda: live_workers(client, settings.workers_key, settings.worker_lost_seconds),
         reporter=lambda job_id, attempt: EventReporter(client, settings.events_stream, job_id, attempt),
+        notices=StateNotices(settings.redis_url, settings.namespace).start(),
         address=address,
     )
 

@@ -2,6 +2,11 @@
 it, start its launcher, keep its lease alive (and watch for cancel) until the launcher ends, free
 the devices.
 
+While a job trains, its watch sleeps: it wakes when the launcher exits, when a notice says the
+job's state changed (cancel: trainjobs.worker.state_notices), or when the lease is due for
+renewal (every third of `lease_seconds`). Only then does it read SQL. The ranks share the host
+with the worker, and a watch that read SQL every second cost them CPU for nothing.
+
 The scheduling rule is trainjobs.scheduling's; SQL is reached only through
 trainjobs.service.worker_gateway; the launcher process is trainjobs.worker.supervision's.
 """
@@ -9,8 +14,10 @@ trainjobs.service.worker_gateway; the launcher process is trainjobs.worker.super
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -26,10 +33,11 @@ from trainjobs.worker import supervision
 from trainjobs.worker.devices import DevicePool, core_share
 from trainjobs.worker.network import interface_of
 from trainjobs.worker.reporter import EventReporter
+from trainjobs.worker.state_notices import StateNotices
 
 log = logging.getLogger(__name__)
 
-POLL_SECONDS = 1.0  # how often a running job's state is read (cancel ends it within ~1 s)
+POLL_SECONDS = 1.0  # how often a gathering multi-node job's nodes are read
 
 
 class JobRunner:
@@ -42,6 +50,7 @@ class JobRunner:
         send_again: Callable[[str], None],
         live_workers: Callable[[], list[WorkerStatus]],
         reporter: Callable[[str, int], EventReporter],
+        notices: StateNotices | None = None,
         address: str = "127.0.0.1",
     ):
         self.settings = settings
@@ -51,6 +60,7 @@ class JobRunner:
         self.send_again = send_again  # publishes a new run message for a job id
         self.live_workers = live_workers  # the fleet, as its heartbeats describe it
         self.reporter = reporter  # an event reporter for (job id, attempt)
+        self.notices = notices  # wakes a running job's watch on a change of its state (None: renewals only)
         self.address = address  # where other hosts reach this one's ranks (a multi-node job's node 0 serves there)
         self.socket_ifname = interface_of(address)
         self.launchers = supervision.LauncherPool(settings.run_path / "launchers.log", settings.warm_launchers)
@@ -178,32 +188,40 @@ class JobRunner:
         )
 
     def _launch_and_watch(self, request: RunRequest) -> None:
-        launcher = self.launchers.start_launcher(request)
-        log.info("job %s attempt %d: launcher pid %d", request.job_id, request.attempt, launcher.pid)
-        renew_every = self.settings.lease_seconds / 3
-        next_renewal = time.monotonic() + renew_every
-        while not supervision.has_exited(launcher, POLL_SECONDS):
-            renew_for = self.settings.lease_seconds if time.monotonic() >= next_renewal else None
-            with transaction(self.sessions) as session:
-                lease = worker_gateway.check_lease(session, request.job_id, self.hostname, request.attempt, renew_for)
-            if lease.ours and renew_for is not None:
-                next_renewal = time.monotonic() + renew_every
-            if lease.state in TERMINAL_STATES and lease.same_attempt:
-                # The launcher reported the end (and the collector applied it) a moment before
-                # exiting: let it finish.
-                supervision.wait_or_end(launcher)
-                return
-            if not lease.ours:
-                log.warning("job %s: lease lost (taken over or requeued); ending its launcher", request.job_id)
-                supervision.end_process_group(launcher)
-                return
-            if lease.state == "cancelling":
-                supervision.end_process_group(launcher)
-                if request.node_rank == 0:  # one report for the whole job
-                    cancelled = StateChange(state="cancelled", stop_reason="cancelled")
-                    self._report(request.job_id, request.attempt, cancelled)
-                log.info("job %s cancelled", request.job_id)
-                return
+        with self._notices_for(request.job_id) as woken:
+            launcher = self.launchers.start_launcher(request)
+            log.info("job %s attempt %d: launcher pid %d", request.job_id, request.attempt, launcher.pid)
+            supervision.on_exit(launcher, woken.set)
+            renew_every = self.settings.lease_seconds / 3
+            next_renewal = time.monotonic() + renew_every
+            while True:
+                woken.wait(max(0.0, next_renewal - time.monotonic()))
+                woken.clear()  # before reading: a notice from here on wakes the next wait
+                if launcher.poll() is not None:
+                    break
+                renew_for = self.settings.lease_seconds if time.monotonic() >= next_renewal else None
+                with transaction(self.sessions) as session:
+                    lease = worker_gateway.check_lease(
+                        session, request.job_id, self.hostname, request.attempt, renew_for
+                    )
+                if renew_for is not None:
+                    next_renewal = time.monotonic() + renew_every
+                if lease.state in TERMINAL_STATES and lease.same_attempt:
+                    # The launcher reported the end (and the collector applied it) a moment before
+                    # exiting: let it finish.
+                    supervision.wait_or_end(launcher)
+                    return
+                if not lease.ours:
+                    log.warning("job %s: lease lost (taken over or requeued); ending its launcher", request.job_id)
+                    supervision.end_process_group(launcher)
+                    return
+                if lease.state == "cancelling":
+                    supervision.end_process_group(launcher)
+                    if request.node_rank == 0:  # one report for the whole job
+                        cancelled = StateChange(state="cancelled", stop_reason="cancelled")
+                        self._report(request.job_id, request.attempt, cancelled)
+                    log.info("job %s cancelled", request.job_id)
+                    return
         if launcher.returncode != 0:
             # The launcher reports the final state itself; it exits non-zero only when it could not.
             self._report(
@@ -216,6 +234,11 @@ class JobRunner:
                     f"see launcher.log of attempt {request.attempt}",
                 ),
             )
+
+    def _notices_for(self, job_id: str) -> AbstractContextManager[threading.Event]:
+        if self.notices is None:
+            return nullcontext(threading.Event())  # never set: the watch wakes to renew only
+        return self.notices.watch(job_id)
 
     def _report(self, job_id: str, attempt: int, change: StateChange) -> None:
         self.reporter(job_id, attempt).send(change)

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from trainjobs.contract.run import RunRequest
@@ -101,6 +102,16 @@ def has_exited(launcher: subprocess.Popen[bytes], within_seconds: float) -> bool
         return True
     except subprocess.TimeoutExpired:
         return False
+
+
+def on_exit(process: subprocess.Popen[bytes], callback: Callable[[], None]) -> None:
+    """Call `callback`, from a thread of its own, once `process` has exited."""
+
+    def wait_then_call() -> None:
+        process.wait()
+        callback()
+
+    threading.Thread(target=wait_then_call, name=f"trainjobs-wait-{process.pid}", daemon=True).start()
 
 
 def wait_or_end(launcher: subprocess.Popen[bytes], seconds: float = TERMINATE_GRACE_SECONDS) -> None:

@@ -11,6 +11,7 @@ from sqlalchemy import Engine, event
 from tests.harness import new_token, tiny_wavenet_spec, wait_until
 from trainjobs.connections import async_redis_client, redis_client
 from trainjobs.contract.events import EpochMetrics
+from trainjobs.contract.notices import job_state_channel
 from trainjobs.service import lifecycle
 from trainjobs.service.auth import hash_token
 from trainjobs.service.db import make_engine, make_session_factory, transaction
@@ -168,3 +169,47 @@ def test_a_revoked_token_stops_working_within_the_cache_time(settings, unwatched
             )
             api_tokens.add(session, row)
         assert api.get("/v1/jobs", headers=later).status_code == 200
+
+
+@pytest.fixture
+def state_notices(settings):
+    """What the job-state channel carries (trainjobs.contract.notices), as a worker hears it."""
+    client = redis_client(settings)
+    pubsub = client.pubsub()
+    pubsub.subscribe(job_state_channel(settings.namespace))
+
+    def heard() -> list[str]:
+        names = []
+        while (message := pubsub.get_message(timeout=0.5)) is not None:
+            if message["type"] == "message":
+                names.append(message["data"].decode())
+        return names
+
+    yield heard
+    pubsub.close()
+    client.close()
+
+
+def test_each_committed_change_of_a_job_is_announced_with_its_state_and_a_rollback_is_not(
+    api, alice, writer_sessions, state_notices
+):
+    job_id = api.post("/v1/jobs", json=tiny_wavenet_spec(), headers=alice).json()["id"]
+    with transaction(writer_sessions) as session:  # as a worker claims it
+        lifecycle.claim(session, job_id, "w1", lease_seconds=30)
+    with transaction(writer_sessions) as session:  # as the collector records an epoch
+        job = jobs.get(session, job_id, for_update=True)
+        metrics = EpochMetrics(
+            epoch=1, train_loss=2.5, val_loss=2.6, lr=0.01, epoch_seconds=1.0, samples_per_second=10.0
+        )
+        lifecycle.record_epoch(session, job, 1, metrics)
+    assert state_notices() == [f"{job_id} queued", f"{job_id} running", f"{job_id} running"]
+
+    with pytest.raises(RuntimeError), transaction(writer_sessions) as session:
+        lifecycle.cancel(session, jobs.get(session, job_id, for_update=True))
+        session.flush()
+        raise RuntimeError("the transaction fails after its flush")
+    assert state_notices() == []
+    assert api.get(f"/v1/jobs/{job_id}", headers=alice).json()["state"] == "running"
+
+    assert api.post(f"/v1/jobs/{job_id}/cancel", headers=alice).json()["state"] == "cancelling"
+    assert state_notices() == [f"{job_id} cancelling"]
