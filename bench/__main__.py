@@ -50,6 +50,10 @@ def main() -> None:
     for name in ALL:
         if name in results or (name == "overhead" and "scaling" in results):
             measured.setdefault(name, f"{results.get('date')} (`python -m bench {' '.join(results.get('ran', []))}`)")
+    # Sections kept from an earlier run name the machine of that run (machines of one kind differ).
+    for name, when in measured.items():
+        if " on " not in when and results.get("machine"):
+            measured[name] = f"{when} on {results['machine']}"
     results.update(machine=machine(), date=now)
     for name in which:
         if name == "overhead":
@@ -87,7 +91,8 @@ def main() -> None:
             results["search"] = search.run()
         results["minutes"] = round((time.monotonic() - started) / 60, 1)
         results["ran"] = which
-        measured[name] = f"{now} (`python -m bench {' '.join(sys.argv[1:]) or ' '.join(which)}`)"
+        command = " ".join(sys.argv[1:]) or " ".join(which)
+        measured[name] = f"{now} (`python -m bench {command}`) on {results['machine']}"
         results_file.write_text(json.dumps(results, indent=2) + "\n")
         (ROOT / "BENCHMARKS.md").write_text(render(results))
     print(f"wrote bench/results.json and BENCHMARKS.md in {results['minutes']} minutes")
@@ -115,8 +120,8 @@ def render(results: dict) -> str:
     lines = [
         "# Benchmarks",
         "",
-        f"Measured on {results['machine']}. Figures, not pass/fail: on this shared 2-core machine the same "
-        "run differs by 10 to 15% from one try to the next. Each section's run:",
+        "Figures, not pass/fail: on a shared 2-core machine the same run differs by 10 to 15% from one try to "
+        "the next, and machines of the same kind differ more (their CPUs do). Each section's run and machine:",
         "",
         *[f"- {name}: {when}" for name, when in results.get("measured", {}).items()],
         "",
@@ -125,21 +130,49 @@ def render(results: dict) -> str:
         lines += [
             "## 1. Trainer overhead (wavenet, through the whole service vs a plain DDP loop)",
             "",
-            "Samples/s, median of rounds (each run's figure the median epoch after the first). Epochs of about "
-            "11 s (wavenet 32/64 channels, depth 6 x 2, 1,126 clips of 1024 samples, batch 8, SGD); each round runs "
-            "the service's job, then the plain loop on the same spec; the ratio is the median of the rounds' "
-            "ratios. Reproduce: `python -m bench overhead` (all 8 configurations, about 40 minutes) or "
-            "`--config 2,fp32,1`.",
+            "Samples/s, median of rounds (each run's figure the median epoch after the first). Wavenet 32/64 "
+            "channels, depth 6 x 2, clips of 1024 samples, batch 8, SGD, one thread per rank. Each configuration's "
+            "data set is sized for epochs of about 12 s from a few timed steps (bf16 on a CPU without bf16 "
+            "instructions is several times slower than fp32). Each round runs the service's job and the plain loop "
+            "on the same spec, in alternating order; the ratio is the median of the rounds' ratios. The service's "
+            "stack runs with the settings' defaults. Reproduce: `python -m bench overhead` (all 8 configurations, "
+            "about 40 minutes) or `--config 2,fp32,1`.",
             "",
-            "| ranks | precision | accumulation | service | plain DDP | ratio (median of rounds) | per round |",
-            "|---|---|---|---|---|---|---|",
+            "| ranks | precision | accumulation | clips (epoch) | service | plain DDP | ratio (median of rounds) "
+            "| per round |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         lines += [
-            f"| {r['ranks']} | {r['precision']} | {r['accumulation']} | {r['service_samples_per_s']} | "
+            f"| {r['ranks']} | {r['precision']} | {r['accumulation']} | "
+            f"{r.get('clips', 1126)} ({r.get('epoch_seconds', '~11')} s) | {r['service_samples_per_s']} | "
             f"{r['plain_samples_per_s']} | **{r['ratio']}** | {', '.join(map(str, r.get('round_ratios', [])))} |"
             for r in results["overhead"]
         ]
         lines.append("")
+        if all("service_cpu" in r for r in results["overhead"]):
+            lines += [
+                "Where the cores went while each run trained (bench/process_cpu.py: every process's CPU time "
+                "from /proc, from POST to the job's end, or over the plain script's life; median of rounds), in "
+                'cores on average, and the share of the ranks\' time spent waiting for a core. "launcher" is '
+                "the job's launcher, fork server and resource tracker; in a plain run it is the worker's next "
+                "launcher warming up after the service's run (it overlaps the plain script's start-up).",
+                "",
+                "| ranks | precision | accumulation | run | ranks | launcher | worker | API | Redis | SQL | rest "
+                "| ranks waiting |",
+                "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            ]
+            for r in results["overhead"]:
+                for run in ("service", "plain"):
+                    cpu = r[f"{run}_cpu"]
+                    cores = " | ".join(
+                        f"{cpu[f'{role}_cores']:.3f}"
+                        for role in ("ranks", "launcher", "worker", "api", "redis", "sql", "other")
+                    )
+                    lines.append(
+                        f"| {r['ranks']} | {r['precision']} | {r['accumulation']} | {run} | {cores} | "
+                        f"{100 * cpu['ranks_waiting_fraction']:.1f}% |"
+                    )
+            lines.append("")
     if results.get("scaling"):
         lines += [
             "## 2. Scaling on this 2-core machine (2 ranks / 1 rank)",
