@@ -153,9 +153,10 @@ def render(results: dict) -> str:
             lines += [
                 "Where the cores went while each run trained (bench/process_cpu.py: every process's CPU time "
                 "from /proc, from POST to the job's end, or over the plain script's life; median of rounds), in "
-                'cores on average, and the share of the ranks\' time spent waiting for a core. "launcher" is '
-                "the job's launcher, fork server and resource tracker; in a plain run it is the worker's next "
-                "launcher warming up after the service's run (it overlaps the plain script's start-up).",
+                "cores on average, and the share of the ranks' time spent waiting for a core. Each run starts "
+                'on a quiet machine. "launcher" is the job\'s launcher, fork server and resource tracker (for the '
+                'plain script, its resource tracker); "rest" includes this benchmark\'s own process, which polls '
+                "the job twice a second.",
                 "",
                 "| ranks | precision | accumulation | run | ranks | launcher | worker | API | Redis | SQL | rest "
                 "| ranks waiting |",

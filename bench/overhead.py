@@ -16,7 +16,8 @@ the median of its rounds' ratios. Scaling is samples/s at 2 ranks over 1 rank, f
 The worker has one cpu slot per core, so each rank runs one thread, and the plain loop is given
 the same.
 
-While each run trains, every process's CPU time is sampled from /proc (bench/process_cpu.py):
+Each run starts once the machine is quiet (after a job, the worker warms its next launcher, a
+few seconds of imports). While each run trains, every process's CPU time is sampled from /proc (bench/process_cpu.py):
 where the cores went (ranks, launcher, worker, API, Redis, SQL, the rest) and how long the ranks
 waited for a core. The service's stack runs with the settings' defaults (the tests' stack sweeps
 four times as often).
@@ -37,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.plain_ddp import run_plain_ddp
-from bench.process_cpu import ProcessCpu
+from bench.process_cpu import ProcessCpu, wait_until_quiet
 from tests.harness import REDIS_URL, Stack, sql_database, wait_for_terminal
 from trainjobs.contract.spec import JobSpec
 from trainjobs.settings import Settings
@@ -147,6 +148,9 @@ def run(epochs: int = 3, repeats: int = 3, configurations=CONFIGURATIONS) -> dic
                 for repeat in range(repeats):
                     order = ("service", "plain") if repeat % 2 == 0 else ("plain", "service")
                     for which in order:
+                        # Each run starts on a quiet machine: after a job the worker warms its next
+                        # launcher (seconds of imports), which would otherwise fall in the next run.
+                        wait_until_quiet()
                         if which == "service":
                             rates, cpu = service_run(client, spec)
                             ours.append(steady(rates))

@@ -90,3 +90,23 @@ class ProcessCpu:
         figures = {f"{role}_cores": round(seconds / self.seconds, 4) for role, seconds in cpu.items()}
         figures["ranks_waiting_fraction"] = round(rank_waited / (rank_ran + rank_waited), 4) if rank_ran else 0.0
         return figures
+
+
+def _busy_and_total() -> tuple[int, int]:
+    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def wait_until_quiet(busy_below: float = 0.1, max_seconds: float = 60.0) -> float:
+    """Wait until the machine's CPUs were busy less than `busy_below` of one second (a launcher
+    the worker warms after a job, say, has finished importing); give up after `max_seconds`.
+    Returns the seconds waited."""
+    started = time.monotonic()
+    while time.monotonic() - started < max_seconds:
+        busy_before, total_before = _busy_and_total()
+        time.sleep(1.0)
+        busy, total = _busy_and_total()
+        if total > total_before and (busy - busy_before) / (total - total_before) < busy_below:
+            break
+    return time.monotonic() - started
