@@ -42,5 +42,5 @@ clean:
 
 bench: install install-vision services
 	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null
-	$(VENV)/bin/pip install --quiet py-spy  # the API's profile in BENCHMARKS.md §10
+	$(VENV)/bin/pip install --quiet py-spy  # the profiles in BENCHMARKS.md §10 and §11
 	$(VENV)/bin/python -m bench

@@ -1,8 +1,8 @@
-"""`python -m bench [overhead dispatch api polling ingest fleet search memory]` (all by default):
+"""`python -m bench [overhead steps dispatch api polling ingest fleet search memory]` (all by default):
 run the benchmarks on this machine, print each figure as it comes, and write bench/results.json
 and BENCHMARKS.md.
 
-Needs what the tests need (Redis, PostgreSQL) and wrk. Benchmarks print figures; nothing here
+Needs what the tests need (Redis, PostgreSQL), wrk, py-spy and perf. Benchmarks print figures; nothing here
 passes or fails on a time."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-ALL = ["overhead", "dispatch", "api", "polling", "ingest", "fleet", "search", "memory"]
+ALL = ["overhead", "steps", "dispatch", "api", "polling", "ingest", "fleet", "search", "memory"]
 
 
 def main() -> None:
@@ -81,6 +81,10 @@ def main() -> None:
             from bench import fleet
 
             results["fleet"] = fleet.run()
+        elif name == "steps":
+            from bench import step_profile
+
+            results["steps"] = step_profile.run()
         elif name == "memory":
             from bench import memory
 
@@ -311,6 +315,8 @@ def render(results: dict) -> str:
             "scans all of it when fewer than a page match (the slow row). Narrow it with a label or a state.",
             "",
         ]
+    if "steps" in results:
+        lines += render_steps(results["steps"])
     lines += [
         "## 6. GPU",
         "",
@@ -377,3 +383,36 @@ def render_polling(polling: dict, before: dict | None) -> list[str]:
 
 if __name__ == "__main__":
     main()
+
+
+def render_steps(rows: list[dict]) -> list[str]:
+    from bench.step_profile import SECONDS, source_line
+
+    lines = [
+        "## 11. Where a training step's time goes (service rank against plain loop)",
+        "",
+        f"`python -m bench steps`: rank 0 of a job through the service and of the plain loop, same spec, sampled "
+        f"with py-spy (100 Hz, not pausing the rank) for {SECONDS} s in the second epoch; each sample is charged to "
+        "the line of the training loop it was under. perf's software counters over the same span (this machine's "
+        "VM exposes no hardware counters). Lines under 0.5% are left out.",
+        "",
+    ]
+    for row in rows:
+        lines.append(f"**{row['ranks']} rank(s), {row['precision']}, accumulation {row['accumulation']}**")
+        lines.append("")
+        for run in ("service", "plain"):
+            figures = row[run]
+            lines += [
+                f"{run}: {figures['samples']} samples; cpu {figures['cpu_seconds']} s of {SECONDS}; "
+                f"{figures['page_faults_per_s']} page faults/s; {figures['context_switches_per_s']} context switches/s",
+                "",
+                "| share | line | code |",
+                "|---|---|---|",
+            ]
+            lines += [
+                f"| {100 * share:.1f}% | {where} | `{source_line(where)}` |"
+                for where, share in figures["lines"].items()
+                if share >= 0.005
+            ]
+            lines.append("")
+    return lines

@@ -1,0 +1,158 @@
+"""Where a training step's time goes, in the service's rank and in the plain loop's, on the same
+spec (1 rank, fp32, accumulation 1; 2 ranks likewise): each rank is sampled with py-spy for
+`SECONDS` in its second epoch, and every sample is charged to the line of the training loop it was
+under (`Trainer.train_epoch` for the service, `_rank` in bench/plain_ddp.py for the plain loop), or
+to "outside the loop". perf's software counters (CPU time, page faults, context switches) are
+read over the same span. Both are read from outside the rank; py-spy does not pause it
+(--nonblocking).
+
+The point: the trainer's step carries a few lines that the plain loop does not (the loss sum, the
+finite check without a host sync, the scheduler, telemetry). Their share of the samples is their
+cost.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bench.overhead import calibrated_clips, wavenet_spec
+from bench.plain_ddp import run_plain_ddp
+from bench.process_cpu import wait_until_quiet
+from tests.harness import REDIS_URL, Stack, sql_database, wait_for_terminal, wait_until
+from trainjobs.contract.spec import JobSpec
+from trainjobs.worker.devices import core_share
+
+SECONDS = 10
+LOOPS = {"service": ("train_epoch", "trainer.py"), "plain": ("_rank", "plain_ddp.py")}
+FRAME = re.compile(r"^(?P<function>[^ ]+) \((?P<file>[^:]+):(?P<line>\d+)\)$")
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _parent(pid: int) -> int:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+def rank_pids(run: str) -> list[int]:
+    pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
+    if run == "plain":
+        return sorted(pid for pid in pids if "spawn_main" in _cmdline(pid))
+    return sorted(
+        pid
+        for pid in pids
+        if "multiprocessing.forkserver" in _cmdline(pid) and "multiprocessing.forkserver" in _cmdline(_parent(pid))
+    )
+
+
+def sample(pid: int, run: str, scratch: Path) -> dict:
+    """py-spy and perf stat over SECONDS of one rank: per loop line, its share of the samples."""
+    raw = scratch / f"{run}-{pid}.txt"
+    counters = scratch / f"{run}-{pid}.perf"
+    perf_command = "perf" if shutil.which("perf") else "true"  # optional: without it the counters read 0
+    perf = subprocess.Popen(
+        [perf_command, "stat", "-x", ",", "-o", str(counters), "-e", "task-clock,page-faults,context-switches",
+         "-p", str(pid), "--", "sleep", str(SECONDS)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    subprocess.run(
+        ["py-spy", "record", "--pid", str(pid), "--duration", str(SECONDS), "--rate", "100", "--nonblocking",
+         "--format", "raw", "--output", str(raw)],
+        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    perf.wait()
+    function, file = LOOPS[run]
+    by_line: collections.Counter[str] = collections.Counter()
+    total = 0
+    for row in raw.read_text().splitlines():
+        stack, _, count = row.rpartition(" ")
+        total += int(count)
+        where = "outside the loop"
+        for frame in stack.split(";"):
+            match = FRAME.match(frame.strip())
+            if match and match["function"] == function and match["file"].endswith(file):
+                where = f"{file}:{match['line']}"
+        by_line[where] += int(count)
+    figures = {}
+    for line in (counters.read_text() if counters.exists() else "").splitlines():
+        parts = line.split(",")
+        if len(parts) > 2 and parts[0].replace(".", "").isdigit():
+            figures[parts[2]] = float(parts[0])
+    return {
+        "samples": total,
+        "lines": {where: round(count / total, 4) for where, count in by_line.most_common()},
+        "cpu_seconds": round(figures.get("task-clock", 0.0) / 1000, 2),
+        "page_faults_per_s": round(figures.get("page-faults", 0.0) / SECONDS, 1),
+        "context_switches_per_s": round(figures.get("context-switches", 0.0) / SECONDS, 1),
+    }
+
+
+def source_line(where: str) -> str:
+    file, _, line = where.partition(":")
+    if not line:
+        return ""
+    path = {"trainer.py": "worker/trainer/trainer.py", "plain_ddp.py": "bench/plain_ddp.py"}[file]
+    return (Path(__file__).resolve().parents[1] / path).read_text().splitlines()[int(line) - 1].strip()
+
+
+def run(configurations=((1, "fp32", 1), (2, "fp32", 1))) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch, sql_database("sqlite", Path(scratch)) as url:
+        slots = max(2, os.cpu_count() or 1)
+        threads = core_share(slots)
+        stack = Stack(Path(scratch) / "stack", url, REDIS_URL, cpu_slots=slots).start()
+        try:
+            client = stack.client(stack.token("bench"))
+            for ranks, precision, accumulation in configurations:
+                spec = wavenet_spec(ranks, precision, accumulation, 3, calibrated_clips(ranks, precision, threads))
+                row = {"ranks": ranks, "precision": precision, "accumulation": accumulation}
+
+                wait_until_quiet()
+                job_id = client.post("/v1/jobs", json=spec).json()["id"]
+                wait_until(lambda job_id=job_id: client.get(f"/v1/jobs/{job_id}").json()["epoch"] >= 1, 600)
+                row["service"] = sample(rank_pids("service")[0], "service", Path(scratch))
+                wait_for_terminal(client, job_id, timeout=600)
+
+                wait_until_quiet()
+                plain = threading.Thread(
+                    target=run_plain_ddp, args=(JobSpec.model_validate(spec), f"{scratch}/plain.json", threads)
+                )
+                plain.start()
+                wait_until(lambda: rank_pids("plain"), 60, what="the plain loop's ranks")
+                time.sleep(20)  # start-up and the first epoch (about 12 s)
+                row["plain"] = sample(rank_pids("plain")[0], "plain", Path(scratch))
+                plain.join()
+                print_row(row)
+                rows.append(row)
+        finally:
+            stack.stop()
+    return rows
+
+
+def print_row(row: dict) -> None:
+    print(f"step profile  {row['ranks']} rank(s) {row['precision']} accumulation {row['accumulation']}", flush=True)
+    for run in ("service", "plain"):
+        figures = row[run]
+        print(
+            f"  {run}: {figures['samples']} samples, cpu {figures['cpu_seconds']} s of {SECONDS}, "
+            f"{figures['page_faults_per_s']} page faults/s, {figures['context_switches_per_s']} switches/s",
+            flush=True,
+        )
+        for where, share in figures["lines"].items():
+            print(f"    {100 * share:5.1f}%  {where:22} {source_line(where)[:80]}", flush=True)
