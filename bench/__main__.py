@@ -381,9 +381,6 @@ def render_polling(polling: dict, before: dict | None) -> list[str]:
     return lines
 
 
-if __name__ == "__main__":
-    main()
-
 
 def render_steps(rows: list[dict]) -> list[str]:
     from bench.step_profile import SECONDS, source_line
@@ -416,3 +413,7 @@ def render_steps(rows: list[dict]) -> list[str]:
             ]
             lines.append("")
     return lines
+
+
+if __name__ == "__main__":
+    main()

@@ -30,6 +30,7 @@ import httpx
 from sqlalchemy import select
 
 from bench.api_load import WRK_SCRIPT, seed_jobs, wrk
+from bench.py_spy import py_spy
 from tests.harness import REDIS_URL, Stack, new_token, sql_database
 from trainjobs.service.db import make_engine
 from trainjobs.service.tables import JobRow
@@ -200,12 +201,13 @@ async def _read_answer(reader: asyncio.StreamReader) -> int:
 
 def _start_profile(stack: Stack) -> tuple[subprocess.Popen, Path] | None:
     """py-spy on the API process and its children (API workers), for PROFILE_SECONDS."""
-    if shutil.which("py-spy") is None or stack.api is None:
+    executable = py_spy()
+    if executable is None or stack.api is None:
         return None
     out = stack.home / "profile.txt"
     process = subprocess.Popen(
         [
-            "py-spy",
+            executable,
             "record",
             "--pid",
             str(stack.api.pid),

@@ -1,10 +1,10 @@
 """Where a training step's time goes, in the service's rank and in the plain loop's, on the same
-spec (1 rank, fp32, accumulation 1; 2 ranks likewise): each rank is sampled with py-spy for
-`SECONDS` in its second epoch, and every sample is charged to the line of the training loop it was
-under (`Trainer.train_epoch` for the service, `_rank` in bench/plain_ddp.py for the plain loop), or
-to "outside the loop". perf's software counters (CPU time, page faults, context switches) are
-read over the same span. Both are read from outside the rank; py-spy does not pause it
-(--nonblocking).
+spec (fp32; 1 rank with accumulation 1 and 4, 2 ranks with 4: where the overhead benchmark lost
+most). Each rank is sampled with py-spy for `SECONDS` in its second epoch, and every sample is
+charged to the line of the training loop it was under (`Trainer.train_epoch` for the service,
+`_rank` in bench/plain_ddp.py for the plain loop), or to "outside the loop". perf's software
+counters (CPU time, page faults, context switches) are read over the same span. Both are read
+from outside the rank; py-spy does not pause it (--nonblocking).
 
 The point: the trainer's step carries a few lines that the plain loop does not (the loss sum, the
 finite check without a host sync, the scheduler, telemetry). Their share of the samples is their
@@ -26,6 +26,7 @@ from pathlib import Path
 from bench.overhead import calibrated_clips, wavenet_spec
 from bench.plain_ddp import run_plain_ddp
 from bench.process_cpu import wait_until_quiet
+from bench.py_spy import py_spy
 from tests.harness import REDIS_URL, Stack, sql_database, wait_for_terminal, wait_until
 from trainjobs.contract.spec import JobSpec
 from trainjobs.worker.devices import core_share
@@ -72,8 +73,8 @@ def sample(pid: int, run: str, scratch: Path) -> dict:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     subprocess.run(
-        ["py-spy", "record", "--pid", str(pid), "--duration", str(SECONDS), "--rate", "100", "--nonblocking",
-         "--format", "raw", "--output", str(raw)],
+        [py_spy() or "py-spy", "record", "--pid", str(pid), "--duration", str(SECONDS), "--rate", "100",
+         "--nonblocking", "--format", "raw", "--output", str(raw)],
         check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     perf.wait()
@@ -86,7 +87,8 @@ def sample(pid: int, run: str, scratch: Path) -> dict:
         where = "outside the loop"
         for frame in stack.split(";"):
             match = FRAME.match(frame.strip())
-            if match and match["function"] == function and match["file"].endswith(file):
+            # py-spy names a method by its qualified name on Python 3.11+ (Trainer.train_epoch).
+            if match and match["function"].rpartition(".")[2] == function and match["file"].endswith(file):
                 where = f"{file}:{match['line']}"
         by_line[where] += int(count)
     figures = {}
@@ -111,7 +113,7 @@ def source_line(where: str) -> str:
     return (Path(__file__).resolve().parents[1] / path).read_text().splitlines()[int(line) - 1].strip()
 
 
-def run(configurations=((1, "fp32", 1), (2, "fp32", 1))) -> list[dict]:
+def run(configurations=((1, "fp32", 1), (1, "fp32", 4), (2, "fp32", 4))) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as scratch, sql_database("sqlite", Path(scratch)) as url:
         slots = max(2, os.cpu_count() or 1)

@@ -1,9 +1,15 @@
-"""What the launcher tells the service about a failed rank."""
+"""What the launcher tells the service about a failed rank, and the heap settings its fork server
+(so every rank) starts with."""
+
+import json
+import os
+import subprocess
+import sys
 
 from tests.worker.local_training import mlp_spec
 from trainjobs.contract.run import RunRequest
 from trainjobs.contract.spec import JobSpec
-from trainjobs.worker.launcher import without_server_paths
+from trainjobs.worker.launcher import RANK_MALLOC_ENV, without_server_paths
 
 
 def test_a_job_s_error_names_files_without_the_server_s_absolute_paths():
@@ -22,3 +28,29 @@ def test_a_job_s_error_names_files_without_the_server_s_absolute_paths():
     cleaned = without_server_paths(traceback, request)
     assert "/srv/" not in cleaned and "/opt/" not in cleaned
     assert 'File "module.py", line 1' in cleaned and "<data>/speech/0.wav" in cleaned and "<run>/rank0.log" in cleaned
+
+
+FORK_SERVER_MALLOC = """
+import json, os
+from pathlib import Path
+from trainjobs.worker.launcher import warm_up
+warm_up()
+for child in Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split():
+    if b"multiprocessing.forkserver" in Path(f"/proc/{child}/cmdline").read_bytes():
+        entries = Path(f"/proc/{child}/environ").read_bytes().split(b"\\0")
+        print(json.dumps({e.decode().split("=")[0]: e.decode().split("=", 1)[1] for e in entries if b"MALLOC" in e}))
+"""
+
+
+def run_fork_server(**env: str) -> dict[str, str]:
+    base = {key: value for key, value in os.environ.items() if not key.startswith("MALLOC_")}
+    result = subprocess.run(
+        [sys.executable, "-c", FORK_SERVER_MALLOC], env={**base, **env}, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_ranks_are_forked_from_a_server_whose_heap_is_kept_and_an_operator_s_setting_wins():
+    assert run_fork_server() == RANK_MALLOC_ENV
+    assert run_fork_server(MALLOC_TRIM_THRESHOLD_="1234") == {**RANK_MALLOC_ENV, "MALLOC_TRIM_THRESHOLD_": "1234"}
