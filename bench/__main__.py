@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from datetime import UTC, datetime
@@ -55,6 +56,10 @@ def main() -> None:
         if " on " not in when and results.get("machine"):
             measured[name] = f"{when} on {results['machine']}"
     results.update(machine=machine(), date=now)
+    commit = (
+        subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        or "unknown"
+    )
     for name in which:
         if name == "overhead":
             from bench import overhead
@@ -96,7 +101,7 @@ def main() -> None:
         results["minutes"] = round((time.monotonic() - started) / 60, 1)
         results["ran"] = which
         command = " ".join(sys.argv[1:]) or " ".join(which)
-        measured[name] = f"{now} (`python -m bench {command}`) on {results['machine']}"
+        measured[name] = f"{now} (`python -m bench {command}`, commit {commit}) on {results['machine']}"
         results_file.write_text(json.dumps(results, indent=2) + "\n")
         (ROOT / "BENCHMARKS.md").write_text(render(results))
     print(f"wrote bench/results.json and BENCHMARKS.md in {results['minutes']} minutes")
@@ -379,7 +384,6 @@ def render_polling(polling: dict, before: dict | None) -> list[str]:
             ]
     lines.append("")
     return lines
-
 
 
 def render_steps(rows: list[dict]) -> list[str]:
