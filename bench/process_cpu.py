@@ -12,7 +12,7 @@ from pathlib import Path
 ROLES = ("ranks", "launcher", "worker", "api", "redis", "sql", "other")
 
 
-def _role(cmdline: str, parent_cmdline: str) -> str:
+def role_of(cmdline: str, parent_cmdline: str) -> str:
     if "spawn_main" in cmdline or ("multiprocessing.forkserver" in parent_cmdline and "forkserver" in cmdline):
         return "ranks"  # a plain script's spawned rank, or a rank forked from a launcher's fork server
     if "trainjobs.worker.launcher" in cmdline or "multiprocessing." in cmdline:
@@ -27,7 +27,7 @@ def _role(cmdline: str, parent_cmdline: str) -> str:
     return "other"
 
 
-def _read(pid: str) -> tuple[str, int, float, float] | None:
+def read_process(pid: str) -> tuple[str, int, float, float] | None:
     """(cmdline, parent pid, seconds on a cpu, seconds waiting for one) of a process, all threads."""
     base = Path("/proc") / pid
     try:
@@ -72,7 +72,7 @@ class ProcessCpu:
 
     def _sample(self) -> None:
         for pid in os.listdir("/proc"):
-            if pid.isdigit() and (read := _read(pid)) is not None:
+            if pid.isdigit() and (read := read_process(pid)) is not None:
                 self._first.setdefault(pid, read)
                 self._last[pid] = read
 
@@ -82,7 +82,7 @@ class ProcessCpu:
         rank_ran = rank_waited = 0.0
         for pid, (cmdline, parent, ran, waited) in self._last.items():
             _, _, ran_before, waited_before = self._first[pid]
-            role = _role(cmdline, cmdlines.get(str(parent), ""))
+            role = role_of(cmdline, cmdlines.get(str(parent), ""))
             cpu[role] += ran - ran_before
             if role == "ranks":
                 rank_ran += ran - ran_before

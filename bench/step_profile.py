@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bench.overhead import calibrated_clips, wavenet_spec
 from bench.plain_ddp import run_plain_ddp
-from bench.process_cpu import wait_until_quiet
+from bench.process_cpu import read_process, role_of, wait_until_quiet
 from bench.py_spy import py_spy
 from tests.harness import REDIS_URL, Stack, sql_database, wait_for_terminal, wait_until
 from trainjobs.contract.spec import JobSpec
@@ -36,29 +36,15 @@ LOOPS = {"service": ("train_epoch", "trainer.py"), "plain": ("_rank", "plain_ddp
 FRAME = re.compile(r"^(?P<function>[^ ]+) \((?P<file>[^:]+):(?P<line>\d+)\)$")
 
 
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _parent(pid: int) -> int:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0
-    return int(stat[stat.rindex(")") + 2 :].split()[1])
-
-
 def rank_pids(run: str) -> list[int]:
-    pids = [int(entry) for entry in os.listdir("/proc") if entry.isdigit()]
-    if run == "plain":
-        return sorted(pid for pid in pids if "spawn_main" in _cmdline(pid))
+    """The live ranks of a plain script (spawned) or of a job (forked from a launcher's fork server),
+    told apart as bench/process_cpu.py tells its roles."""
+    processes = {pid: read for pid in os.listdir("/proc") if pid.isdigit() and (read := read_process(pid))}
+    cmdlines = {pid: read[0] for pid, read in processes.items()}
     return sorted(
-        pid
-        for pid in pids
-        if "multiprocessing.forkserver" in _cmdline(pid) and "multiprocessing.forkserver" in _cmdline(_parent(pid))
+        int(pid)
+        for pid, (cmdline, parent, _, _) in processes.items()
+        if role_of(cmdline, cmdlines.get(str(parent), "")) == "ranks" and ("spawn_main" in cmdline) == (run == "plain")
     )
 
 
