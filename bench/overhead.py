@@ -125,20 +125,26 @@ def median_figures(runs: list[dict[str, float]]) -> dict[str, float]:
 CONFIGURATIONS = list(product((1, 2), ("fp32", "bf16"), (1, 4)))
 
 
+def default_stack(scratch: str, database_url: str) -> tuple[Stack, int]:
+    """The API and a worker with a cpu slot per core, on the settings' defaults (the tests' stack
+    sweeps four times as often), started; and the threads the worker gives each rank of a job."""
+    slots = max(2, os.cpu_count() or 1)
+    defaults = Settings.model_fields
+    stack = Stack(
+        Path(scratch) / "stack",
+        database_url,
+        REDIS_URL,
+        cpu_slots=slots,
+        TRAINJOBS_SWEEP_INTERVAL_SECONDS=str(defaults["sweep_interval_seconds"].default),
+        TRAINJOBS_OUTBOX_GRACE_SECONDS=str(defaults["outbox_grace_seconds"].default),
+    ).start()
+    return stack, core_share(slots)
+
+
 def run(epochs: int = 3, repeats: int = 3, configurations=CONFIGURATIONS) -> dict:
     rows = []
     with tempfile.TemporaryDirectory() as scratch, sql_database("sqlite", Path(scratch)) as url:
-        slots = max(2, os.cpu_count() or 1)
-        threads = core_share(slots)  # what the worker gives each rank
-        defaults = Settings.model_fields
-        stack = Stack(
-            Path(scratch) / "stack",
-            url,
-            REDIS_URL,
-            cpu_slots=slots,
-            TRAINJOBS_SWEEP_INTERVAL_SECONDS=str(defaults["sweep_interval_seconds"].default),
-            TRAINJOBS_OUTBOX_GRACE_SECONDS=str(defaults["outbox_grace_seconds"].default),
-        ).start()
+        stack, threads = default_stack(scratch, url)
         try:
             client = stack.client(stack.token("bench"))
             for ranks, precision, accumulation in configurations:
@@ -170,6 +176,8 @@ def run(epochs: int = 3, repeats: int = 3, configurations=CONFIGURATIONS) -> dic
                     "plain_samples_per_s": round(statistics.median(plain), 1),
                     "ratio": round(statistics.median(round_ratios), 3),
                     "round_ratios": [round(ratio, 3) for ratio in round_ratios],
+                    "service_runs": [round(rate, 1) for rate in ours],
+                    "plain_runs": [round(rate, 1) for rate in plain],
                     "service_cpu": median_figures(our_cpu),
                     "plain_cpu": median_figures(plain_cpu),
                 }

@@ -47,10 +47,11 @@ def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: st
         optimizer = torch.optim.AdamW(model.parameters(), lr=spec.effective_lr, weight_decay=options.weight_decay)
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if spec.precision == "bf16" else nullcontext
     accumulation = spec.accumulation_steps
-    epoch_rates, first_step_done = [], False
+    epoch_rates, epoch_windows, first_step_done = [], [], False
+    trained, total = [], 0  # (wall-clock time, samples trained so far, all ranks) after each optimizer step
     for epoch in range(1, spec.epochs + 1):
         sampler.set_epoch(epoch)
-        start, samples = time.perf_counter(), 0
+        start, started_at, samples = time.perf_counter(), time.time(), 0
         for step, (inputs, targets) in enumerate(loader):
             last = (step + 1) % accumulation == 0 or step + 1 == len(loader)
             with nullcontext() if last else model.no_sync():
@@ -64,17 +65,28 @@ def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: st
                     print(f"first optimizer step done at {time.time():.3f}", flush=True)
                     first_step_done = True
             samples += len(inputs)
+            if last:
+                trained.append((time.time(), total + samples * world_size))
         dist.barrier()
         epoch_rates.append(samples * world_size / (time.perf_counter() - start))
+        epoch_windows.append((started_at, time.time()))
+        total += samples * world_size
     if rank == 0:
         with open(result_path, "w") as file:
-            json.dump(epoch_rates, file)
+            json.dump({"samples_per_second": epoch_rates, "epoch_windows": epoch_windows, "trained": trained}, file)
     dist.destroy_process_group()
     os._exit(0)
 
 
 def run_plain_ddp(spec: JobSpec, result_path: str, threads: int) -> list[float]:
     """Samples per second of each epoch, all ranks together; `threads` per rank."""
+    return timed_plain_ddp(spec, result_path, threads)["samples_per_second"]
+
+
+def timed_plain_ddp(spec: JobSpec, result_path: str, threads: int) -> dict:
+    """Each epoch's samples per second ("samples_per_second") and its wall-clock (start, end)
+    ("epoch_windows"); after each optimizer step, the time and the samples trained so far by all
+    ranks ("trained"). Times are time.time()."""
     mp.spawn(
         _rank,
         args=(spec.world_size, free_port(), spec.model_dump_json(), result_path, threads),

@@ -23,13 +23,12 @@ import threading
 import time
 from pathlib import Path
 
-from bench.overhead import calibrated_clips, wavenet_spec
+from bench.overhead import calibrated_clips, default_stack, wavenet_spec
 from bench.plain_ddp import run_plain_ddp
 from bench.process_cpu import read_process, role_of, wait_until_quiet
 from bench.py_spy import py_spy
-from tests.harness import REDIS_URL, Stack, sql_database, wait_for_terminal, wait_until
+from tests.harness import sql_database, wait_for_terminal, wait_until
 from trainjobs.contract.spec import JobSpec
-from trainjobs.worker.devices import core_share
 
 SECONDS = 10
 LOOPS = {"service": ("train_epoch", "trainer.py"), "plain": ("_rank", "plain_ddp.py")}
@@ -102,9 +101,7 @@ def source_line(where: str) -> str:
 def run(configurations=((1, "fp32", 1), (1, "fp32", 4), (2, "fp32", 4))) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory() as scratch, sql_database("sqlite", Path(scratch)) as url:
-        slots = max(2, os.cpu_count() or 1)
-        threads = core_share(slots)
-        stack = Stack(Path(scratch) / "stack", url, REDIS_URL, cpu_slots=slots).start()
+        stack, threads = default_stack(scratch, url)
         try:
             client = stack.client(stack.token("bench"))
             for ranks, precision, accumulation in configurations:
