@@ -167,7 +167,7 @@ def render(results: dict) -> str:
             "",
             "*Plain runs: spread*: the fastest of a configuration's plain-loop runs over its slowest, the same "
             "script on the same spec minutes apart. It is the noise the interleaved ratio carries; section 1b "
-            "measures with the drift taken out.",
+            "times the two loops over the same seconds instead.",
         ]
         lines.append("")
         if all("service_cpu" in r for r in results["overhead"]):
@@ -363,9 +363,11 @@ def render_side_by_side(rows: list[dict]) -> list[str]:
         f"timed over the same seconds: the windows are the service's epochs after the first (of {EPOCHS}, about "
         "12 s each; the end from rank 0's end-of-epoch progress report), and the plain loop's samples over each "
         "window come from its record of every optimizer step. The ratio is the median of the windows' ratios. "
-        "The last row is the control: two plain loops side by side, one's epochs as windows. This measures the "
-        "work inside the rank; the cores the service's own processes take land on both ranks here, and are in "
-        "section 1's CPU table.",
+        "The last row is the control: two plain loops side by side, one's epochs as windows. It shows what is "
+        "left of the noise: each core has its own neighbours on the host, so two identical loops still differ "
+        "by a few %, and a service row inside the control's spread shows no difference this method can see. "
+        "This measures the work inside the rank; the cores the service's own processes take land on both ranks "
+        "here, and are in section 1's CPU table.",
         "",
         "| pair | ranks | precision | accumulation | clips | first | second | ratio (median) | per window |",
         "|---|---|---|---|---|---|---|---|---|",
