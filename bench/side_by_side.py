@@ -5,8 +5,9 @@ seconds; and, as the control, two plain loops side by side.
 Why: this machine's speed drifts by 5 to 15% over seconds (other tenants of the host share its
 caches and memory bandwidth; steal time stays near 0), so two runs a minute apart, as the
 interleaved rounds of bench/overhead.py are, differ by more than the 1% to be resolved. Two loops
-that train at the same moment see the same drift, as long as they are timed over the same
-seconds. What this measures is the work inside the rank: the cores the service's own processes
+that train at the same moment, timed over the same seconds, share the host's drift; not all of
+it, since each core has its own neighbours on the host: the control shows what is left (a few %
+in the runs so far). What this measures is the work inside the rank: the cores the service's own processes
 take (API, worker, Redis) fall on both ranks alike here, and are counted on their own in the
 overhead benchmark's CPU table.
 
