@@ -357,9 +357,10 @@ def render_side_by_side(rows: list[dict]) -> list[str]:
         "## 1b. Side by side: the service's 1-rank job and the plain loop over the same seconds "
         "(`python -m bench sidebyside`)",
         "",
-        "This machine's speed drifts by 5 to 15% over seconds (a fixed matrix product on one core ran at 0.81 "
-        "to 1.14 of its median in half-second windows, with no steal time), so runs a minute apart differ by "
-        "more than 1%. Here the two loops train at the same moment, each rank on one of the 2 cores, and are "
+        "A shared 2-core machine's speed drifts over seconds (on 2026-12-04, a probe run by hand on an AMD EPYC "
+        "machine of this kind, not by this benchmark: a fixed matrix product on one core ran at 0.81 to 1.14 of "
+        "its median in half-second windows, with no steal time), so runs a minute apart differ by more than "
+        "1%. Here the two loops train at the same moment, each rank on one of the 2 cores, and are "
         f"timed over the same seconds: the windows are the service's epochs after the first (of {EPOCHS}, about "
         "12 s each; the end from rank 0's end-of-epoch progress report), and the plain loop's samples over each "
         "window come from its record of every optimizer step. The ratio is the median of the windows' ratios. "
