@@ -47,7 +47,7 @@ def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: st
         optimizer = torch.optim.AdamW(model.parameters(), lr=spec.effective_lr, weight_decay=options.weight_decay)
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if spec.precision == "bf16" else nullcontext
     accumulation = spec.accumulation_steps
-    epoch_rates, epoch_windows, first_step_done = [], [], False
+    epoch_rates, epoch_windows, epoch_samples, first_step_done = [], [], [], False
     trained, total = [], 0  # (wall-clock time, samples trained so far, all ranks) after each optimizer step
     for epoch in range(1, spec.epochs + 1):
         sampler.set_epoch(epoch)
@@ -70,10 +70,19 @@ def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: st
         dist.barrier()
         epoch_rates.append(samples * world_size / (time.perf_counter() - start))
         epoch_windows.append((started_at, time.time()))
+        epoch_samples.append(samples * world_size)
         total += samples * world_size
     if rank == 0:
         with open(result_path, "w") as file:
-            json.dump({"samples_per_second": epoch_rates, "epoch_windows": epoch_windows, "trained": trained}, file)
+            json.dump(
+                {
+                    "samples_per_second": epoch_rates,
+                    "epoch_windows": epoch_windows,
+                    "epoch_samples": epoch_samples,
+                    "trained": trained,
+                },
+                file,
+            )
     dist.destroy_process_group()
     os._exit(0)
 
@@ -84,9 +93,10 @@ def run_plain_ddp(spec: JobSpec, result_path: str, threads: int) -> list[float]:
 
 
 def timed_plain_ddp(spec: JobSpec, result_path: str, threads: int) -> dict:
-    """Each epoch's samples per second ("samples_per_second") and its wall-clock (start, end)
-    ("epoch_windows"); after each optimizer step, the time and the samples trained so far by all
-    ranks ("trained"). Times are time.time()."""
+    """Each epoch's samples per second ("samples_per_second"), its wall-clock (start, end)
+    ("epoch_windows") and the samples all ranks trained in it ("epoch_samples"); after each
+    optimizer step, the time and the samples trained so far by all ranks ("trained"). Times are
+    time.time()."""
     mp.spawn(
         _rank,
         args=(spec.world_size, free_port(), spec.model_dump_json(), result_path, threads),
@@ -98,9 +108,11 @@ def timed_plain_ddp(spec: JobSpec, result_path: str, threads: int) -> dict:
 
 
 if __name__ == "__main__":
-    # `python -m bench.plain_ddp SPEC.json RESULT.json`: the plain loop as a user starts it from a shell.
+    # `python -m bench.plain_ddp SPEC.json RESULT.json [THREADS]`: the plain loop as a user starts it
+    # from a shell; THREADS per rank, by default the cores shared among the ranks.
     import sys
     from pathlib import Path
 
     plain_spec = JobSpec.model_validate_json(Path(sys.argv[1]).read_text())
-    run_plain_ddp(plain_spec, sys.argv[2], threads=max(1, (os.cpu_count() or 1) // plain_spec.world_size))
+    default_threads = max(1, (os.cpu_count() or 1) // plain_spec.world_size)
+    run_plain_ddp(plain_spec, sys.argv[2], threads=int(sys.argv[3]) if len(sys.argv) > 3 else default_threads)
