@@ -1,4 +1,4 @@
-"""`python -m bench [overhead sidebyside steps dispatch api polling ingest fleet search memory]` (all by default):
+"""`python -m bench [overhead turns steps dispatch api polling ingest fleet search memory sidebyside]`:
 run the benchmarks on this machine, print each figure as it comes, and write bench/results.json
 and BENCHMARKS.md.
 
@@ -20,13 +20,17 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULT_KEYS = {"sidebyside": "side_by_side"}  # where a benchmark's figures are kept in results.json, if not its name
-ALL = ["overhead", "sidebyside", "steps", "dispatch", "api", "polling", "ingest", "fleet", "search", "memory"]
+# Where a benchmark's figures are kept in results.json, if not under its name.
+RESULT_KEYS = {"sidebyside": "side_by_side", "turns": "taking_turns"}
+# What `make bench` runs; side by side (section 1b) runs when named: taking turns measures what it
+# did (the service against the plain loop over the same stretch of time) for every configuration.
+ALL = ["overhead", "turns", "steps", "dispatch", "api", "polling", "ingest", "fleet", "search", "memory"]
+NAMED = [*ALL, "sidebyside"]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("which", nargs="*", help=f"which benchmarks, of {', '.join(ALL)} [all]")
+    parser.add_argument("which", nargs="*", help=f"which benchmarks, of {', '.join(NAMED)} [{', '.join(ALL)}]")
     parser.add_argument("--repeats", type=int, default=3, help="rounds per overhead configuration [3]")
     parser.add_argument(
         "--config",
@@ -36,9 +40,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     which = args.which or ALL
-    unknown = set(which) - set(ALL)
+    unknown = set(which) - set(NAMED)
     if unknown:
-        parser.error(f"unknown benchmark(s) {sorted(unknown)}; choose from {ALL}")
+        parser.error(f"unknown benchmark(s) {sorted(unknown)}; choose from {NAMED}")
     started = time.monotonic()
     results_file = ROOT / "bench" / "results.json"
     # A partial run (some benchmarks named) updates those and keeps the others' last figures.
@@ -49,7 +53,7 @@ def main() -> None:
     now = datetime.now(UTC).isoformat(timespec="seconds")
     # When and by which run each section was measured: a partial run leaves the others' as they were.
     measured = results.setdefault("measured", {})
-    for name in ALL:
+    for name in NAMED:
         if RESULT_KEYS.get(name, name) in results or (name == "overhead" and "scaling" in results):
             measured.setdefault(name, f"{results.get('date')} (`python -m bench {' '.join(results.get('ran', []))}`)")
     # Sections kept from an earlier run name the machine of that run (machines of one kind differ).
@@ -71,6 +75,10 @@ def main() -> None:
             from bench import side_by_side
 
             results.update(side_by_side.run())
+        elif name == "turns":
+            from bench import taking_turns
+
+            results.update(taking_turns.run())
         elif name == "dispatch":
             from bench import dispatch
 
@@ -166,8 +174,8 @@ def render(results: dict) -> str:
         lines += [
             "",
             "*Plain runs: spread*: the fastest of a configuration's plain-loop runs over its slowest, the same "
-            "script on the same spec minutes apart. It is the noise the interleaved ratio carries; section 1b "
-            "times the two loops over the same seconds instead.",
+            "script on the same spec minutes apart. It is the noise the interleaved ratio carries; section 1c "
+            "has the two loops take turns over the same stretch of time instead.",
         ]
         lines.append("")
         if all("service_cpu" in r for r in results["overhead"]):
@@ -197,6 +205,8 @@ def render(results: dict) -> str:
             lines.append("")
     if results.get("side_by_side"):
         lines += render_side_by_side(results["side_by_side"])
+    if results.get("taking_turns"):
+        lines += render_taking_turns(results["taking_turns"])
     if results.get("scaling"):
         lines += [
             "## 2. Scaling on this 2-core machine (2 ranks / 1 rank)",
@@ -379,6 +389,53 @@ def render_side_by_side(rows: list[dict]) -> list[str]:
         f"{', '.join(map(str, r['window_ratios']))} |"
         for r in rows
     ]
+    lines.append("")
+    return lines
+
+
+def render_taking_turns(turns: dict) -> list[str]:
+    lines = [
+        "## 1c. Taking turns: the service's job and the plain loop alive at once, a turn each "
+        "(`python -m bench turns`)",
+        "",
+        "Runs minutes apart (section 1) differ by more than 1% on a shared machine, and so do two loops "
+        "training at the same moment on the two cores (section 1b, when run). Here the service's job and the "
+        "plain loop (`python -m bench.plain_ddp`, as a shell starts it) are alive at once and take turns on the "
+        f"whole machine, {turns['turn_seconds']} s each: one side runs while every process group of the other is "
+        "stopped (SIGSTOP, SIGCONT). The service's side is all of it: the API, the worker, the job's launcher, "
+        "fork server and ranks, so what the service does while a job trains is paid in its own turns. The i-th "
+        "rank of either side is pinned to core i. A loop's rate over an epoch is its samples over the seconds of "
+        "its own turns inside the epoch's wall-clock window (the service's from rank 0's reports, replayed "
+        f"from the job's event stream). Each pair is a fresh plain process and a fresh job of {turns['epochs']} "
+        "epochs of about 12 s (of turns); its ratio is over the epochs after the first. A configuration's pairs "
+        "lie minutes apart (one pass over all configurations per pair); its ratio is the median of its pairs'. "
+        "The plain / plain rows are the control: two plain processes taking turns the same way.",
+        "",
+        "| pair | ranks | precision | accumulation | clips | first | second | ratio (median of pairs) | per pair |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['pair']} | {r['ranks']} | {r['precision']} | {r['accumulation']} | {r['clips']} | "
+        f"{r['a_samples_per_s']} | {r['b_samples_per_s']} | **{r['ratio']}** | "
+        f"{', '.join(map(str, r['pair_ratios']))} |"
+        for r in turns["rows"]
+    ]
+    lines += [
+        "",
+        "All pairs pooled: the geometric mean of the pairs' ratios, with a 95% bootstrap interval (pairs "
+        "resampled), and the spread of one pair's ratio (standard deviation of its logarithm). The control's "
+        "spread is what two identical processes differ by on this machine: the floor under any one pair.",
+        "",
+        "| pairs of | pairs | geometric mean | 95% interval | spread of one pair |",
+        "|---|---|---|---|---|",
+    ]
+    for name, pooled in turns["pooled"].items():
+        spread_of_pair = "–" if pooled["spread_of_pairs"] is None else f"{100 * pooled['spread_of_pairs']:.1f}%"
+        low, high = pooled["interval_95"]
+        lines.append(
+            f"| {'service / plain' if name == 'service' else 'plain / plain (control)'} | {pooled['pairs']} | "
+            f"**{pooled['geometric_mean']}** | {low} – {high} | {spread_of_pair} |"
+        )
     lines.append("")
     return lines
 
