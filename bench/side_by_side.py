@@ -15,11 +15,15 @@ How: the plain loop starts first; once its rank exists the job is posted (it rea
 step in well under a second, while the plain rank still imports torch). The service runs
 `EPOCHS` epochs, the plain loop two more, so that it is still training when the job ends. The
 windows are the service's epochs after the first: each ends when rank 0's end-of-epoch progress
-report says (`at`, read by polling the job) and lasts its `epoch_seconds`. Over each window the
-plain loop's samples come from its own record of every optimizer step (time, samples so far),
-interpolated at the window's ends. A window's ratio is service / plain samples per second over the
-same seconds; the configuration's ratio is the median of its windows'. The control takes one
-plain loop's epochs after the first as windows and the other's record over them.
+report says (`at`, replayed from the job's event stream once it has ended) and lasts its
+`epoch_seconds`. Over each window the plain loop's samples come from its own record of every
+optimizer step (time, samples so far), interpolated at the window's ends. A window's ratio is
+service / plain samples per second over the same seconds; the configuration's ratio is the median
+of its windows'. The control takes one plain loop's epochs after the first as windows and the
+other's record over them.
+
+`make bench` runs bench/taking_turns.py instead, which puts both loops on the same cores over the
+same stretch of time; this one runs when named (`python -m bench sidebyside`).
 """
 
 from __future__ import annotations
@@ -28,15 +32,14 @@ import bisect
 import statistics
 import tempfile
 import threading
-import time
-from datetime import datetime
 from pathlib import Path
 
 from bench.overhead import calibrated_clips, default_stack, wavenet_spec
 from bench.plain_ddp import timed_plain_ddp
 from bench.process_cpu import wait_until_quiet
 from bench.step_profile import rank_pids
-from tests.harness import sql_database, wait_until
+from bench.taking_turns import service_epochs
+from tests.harness import sql_database, wait_for_terminal, wait_until
 from trainjobs.contract.spec import JobSpec
 
 EPOCHS = 6
@@ -87,37 +90,15 @@ def samples_by(trained: list[list[float]], at: float) -> float:
     return done_before + (done_after - done_before) * (at - before) / (after - before)
 
 
-def follow_job(client, job_id: str, timeout: float = 1800) -> tuple[dict, dict[int, float]]:
-    """Poll the job until it ends; also the wall-clock end of each epoch's training, from rank
-    0's end-of-epoch progress report (it stays the job's progress until the next epoch's first
-    report, seconds later)."""
-    ends: dict[int, float] = {}
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = client.get(f"/v1/jobs/{job_id}").json()
-        progress = job.get("progress")
-        if progress and progress["step"] == progress["steps"]:
-            ends[progress["epoch"]] = datetime.fromisoformat(progress["at"]).timestamp()
-        if job["state"] in ("succeeded", "failed", "cancelled"):
-            return job, ends
-        time.sleep(0.5)
-    raise TimeoutError(f"job {job_id} did not end within {timeout} s")
-
-
 def service_beside_plain(client, spec: dict, plain_spec: dict, scratch: str, threads: int) -> dict:
     plain = PlainInBackground(plain_spec, f"{scratch}/beside.json", threads).start()
     wait_until(lambda: rank_pids("plain"), 60, interval=0.05, what="the plain loop's rank")
     job_id = client.post("/v1/jobs", json=spec).json()["id"]
-    job, ends = follow_job(client, job_id)
+    job = wait_for_terminal(client, job_id, timeout=1800)
     if job["state"] != "succeeded":
         raise RuntimeError(f"benchmark job failed: {job['error']}")
-    epochs = client.get(f"/v1/jobs/{job_id}/metrics").json()["items"]
     plain.join()
-    windows = [
-        (ends[row["epoch"]] - row["epoch_seconds"], ends[row["epoch"]], row["samples_per_second"])
-        for row in epochs[1:]
-        if row["epoch"] in ends
-    ]
+    windows = [(start, end, samples / (end - start)) for start, end, samples in service_epochs(client, job_id)[1:]]
     return paired(windows, plain)
 
 
