@@ -122,6 +122,9 @@ class Turns:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="turns", daemon=True)
         self._groups: dict[str, set[int]] = {side: set() for side in sides}
+        # Every group a side ever had: one can leave the side's tree while stopped (a fork server
+        # or resource tracker whose parent exited is orphaned), and must still be let go at the end.
+        self._seen: dict[str, set[int]] = {side: set() for side in sides}
 
     def __enter__(self) -> Turns:
         self._thread.start()
@@ -131,7 +134,7 @@ class Turns:
         self._stop.set()
         self._thread.join()
         for side, roots in self.sides.items():  # nobody stays stopped, whatever happened
-            signal_groups(self._groups[side] | Side(roots()).groups, signal.SIGCONT)
+            signal_groups(self._seen[side] | Side(roots()).groups, signal.SIGCONT)
 
     def _run(self) -> None:
         order = list(self.sides)
@@ -141,6 +144,7 @@ class Turns:
             for name in order:
                 now = Side(self.sides[name]())
                 self._groups[name] = now.groups
+                self._seen[name] |= now.groups
                 if name == side:
                     pin_ranks(now.ranks)  # new threads inherit it; a rank started since is pinned now
                 else:
