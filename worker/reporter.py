@@ -44,13 +44,20 @@ class EventReporter:
 
 
 class ConsoleReporter:
-    """`trainjobs train`: one readable line per event on standard output, and each epoch's
-    metrics appended as a JSON line to `metrics.jsonl` in the run directory."""
+    """`trainjobs train`: one readable line per event on standard output; each epoch's metrics
+    appended as a JSON line to `metrics.jsonl` in the run directory, and every event (metrics,
+    progress, checkpoints) to `events.jsonl`, as the service's event stream carries it (a JobEvent:
+    job_id, attempt, kind, data), for tools that read a local run as they read a job's events."""
 
-    def __init__(self, run_path: Path):
+    def __init__(self, run_path: Path, job_id: str, attempt: int):
         self.metrics_file = run_path / "metrics.jsonl"
+        self.events_file = run_path / "events.jsonl"
+        self.job_id = job_id
+        self.attempt = attempt
 
     def send(self, payload: BaseModel) -> None:
+        with open(self.events_file, "a") as file:
+            file.write(JobEvent.of(self.job_id, self.attempt, payload).model_dump_json() + "\n")
         if isinstance(payload, EpochMetrics):
             with open(self.metrics_file, "a") as file:
                 file.write(payload.model_dump_json() + "\n")
@@ -81,7 +88,7 @@ class ConsoleReporter:
 
 def reporter_for(request: RunRequest) -> EventReporter | ConsoleReporter:
     if request.is_local:
-        return ConsoleReporter(request.run_path)
+        return ConsoleReporter(request.run_path, request.job_id, request.attempt)
     # The launcher and rank 0 are processes of their own: each builds its one client here.
     assert request.redis_url is not None and request.events_stream is not None
     client = redis.Redis.from_url(request.redis_url, socket_timeout=10, socket_connect_timeout=5)

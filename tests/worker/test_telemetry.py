@@ -39,3 +39,18 @@ def test_every_epoch_reports_its_data_wait_memory_and_gpu_use_within_their_range
         assert 0.0 <= row["data_wait_fraction"] <= 1.0
         assert 10 * 2**20 < row["peak_memory_bytes"] < 64 * 2**30  # a process with torch loaded
         assert row["gpu_utilization"] is None  # cpu
+
+
+def test_a_local_run_keeps_its_events_as_the_service_stream_carries_them(tmp_path):
+    from tests.worker.local_training import mlp_spec
+    from trainjobs.contract.events import EpochMetrics, JobEvent, Progress
+
+    run = run_locally(tmp_path, "events", mlp_spec(epochs=2))
+    lines = (tmp_path / "runs" / "events" / "events.jsonl").read_text().splitlines()
+    events = [JobEvent.model_validate_json(line) for line in lines]
+    assert {(event.job_id, event.attempt) for event in events} == {("events", 1)}
+    payloads = [event.payload() for event in events]
+    epoch_ends = [p.epoch for p in payloads if isinstance(p, Progress) and p.step == p.steps]
+    metrics = [p.model_dump(mode="json") for p in payloads if isinstance(p, EpochMetrics)]
+    assert epoch_ends == [1, 2]  # each epoch's last progress report: where it ended, wall clock
+    assert metrics == run.metrics  # the same figures as metrics.jsonl
