@@ -1,5 +1,7 @@
 """The collector on the real Redis stream and real SQL: at-least-once delivery, exactly-once rows."""
 
+import time
+
 import redis
 
 from tests.harness import REDIS_URL, tiny_wavenet_spec
@@ -65,6 +67,28 @@ def test_a_consumer_that_died_before_acknowledging_has_its_events_applied_on_res
     assert restarted.poll(block_ms=100) == 1
     with transaction(sessions) as session:
         assert [row.epoch for row in epoch_metrics.for_job(session, job_id)] == [1]
+
+
+def test_entries_another_consumer_left_unacknowledged_are_taken_over_once_stale(database_url, namespace):
+    sessions = make_session_factory(make_engine(database_url))
+    job_id = make_job(sessions)
+    client = redis.Redis.from_url(REDIS_URL)
+    stream = f"{namespace}:events"
+    survivor = EventCollector(client, sessions, stream, consumer="host-b", stale_after_ms=600)
+    assert survivor.poll(block_ms=50) == 0  # its first look: nothing is waiting yet
+    client.xadd(stream, JobEvent.of(job_id, 1, metrics(1, 3.0)).to_stream_fields())
+    # Delivered to host-a, which dies before applying it (no ack): the entry is pending, not new.
+    assert client.xreadgroup("collectors", "host-a", {stream: ">"}, count=10)
+    assert survivor.poll(block_ms=50) == 0  # not stale yet
+
+    deadline = time.monotonic() + 5
+    taken = 0
+    while not taken and time.monotonic() < deadline:
+        taken = survivor.poll(block_ms=50)
+    assert taken == 1
+    with transaction(sessions) as session:
+        assert [row.epoch for row in epoch_metrics.for_job(session, job_id)] == [1]
+    assert client.xlen(stream) == 0
 
 
 def test_state_from_an_older_attempt_is_ignored_and_terminal_states_stick(database_url, namespace):
