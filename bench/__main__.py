@@ -1,4 +1,4 @@
-"""`python -m bench [overhead turns steps dispatch api polling ingest fleet search memory sidebyside]`:
+"""`python -m bench [overhead turns steps dispatch api polling ingest fleet search memory sidebyside gap]`:
 run the benchmarks on this machine, print each figure as it comes, and write bench/results.json
 and BENCHMARKS.md.
 
@@ -25,7 +25,8 @@ RESULT_KEYS = {"sidebyside": "side_by_side", "turns": "taking_turns"}
 # What `make bench` runs; side by side (section 1b) runs when named: taking turns measures what it
 # did (the service against the plain loop over the same stretch of time) for every configuration.
 ALL = ["overhead", "turns", "steps", "dispatch", "api", "polling", "ingest", "fleet", "search", "memory"]
-NAMED = [*ALL, "sidebyside"]
+# Gap (section 1d) takes one configuration apart to find where a shortfall lies: run when named.
+NAMED = [*ALL, "sidebyside", "gap"]
 
 
 def main() -> None:
@@ -79,6 +80,10 @@ def main() -> None:
             from bench import taking_turns
 
             results.update(taking_turns.run())
+        elif name == "gap":
+            from bench import gap
+
+            results.update(gap.run())
         elif name == "dispatch":
             from bench import dispatch
 
@@ -207,6 +212,8 @@ def render(results: dict) -> str:
         lines += render_side_by_side(results["side_by_side"])
     if results.get("taking_turns"):
         lines += render_taking_turns(results["taking_turns"])
+    if results.get("gap"):
+        lines += render_gap(results["gap"])
     if results.get("scaling"):
         lines += [
             "## 2. Scaling on this 2-core machine (2 ranks / 1 rank)",
@@ -529,3 +536,30 @@ def render_steps(rows: list[dict]) -> list[str]:
 
 if __name__ == "__main__":
     main()
+
+
+def render_gap(gap: dict) -> list[str]:
+    config = gap["configuration"]
+    lines = [
+        "## 1d. Where the shortfall lies: one configuration taken apart (`python -m bench gap`)",
+        "",
+        f"{config['ranks']} rank, {config['precision']}, accumulation {config['accumulation']} ({gap['clips']} "
+        "clips), section 1c's most consistent shortfall. Each part takes turns against a fresh plain loop as in "
+        "section 1c, in passes over the parts. *fork server*: the plain loop itself, its ranks forked from a fork "
+        "server warmed as a service launcher warms its own (preloads, heap settings). *trainjobs train*: the "
+        "service's launcher, fork server, ranks and trainer started from the shell, with the worker's threads per "
+        "rank (`python -m bench.local_trainer`). *+ idle stack*: the same, with the idle API and worker on its "
+        "side (stopped and run with it). *service*: the job through the whole service.",
+        "",
+        "| part / plain | pairs | geometric mean | 95% interval | spread of one pair | per pair |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in gap["rows"]:
+        low, high = row["interval_95"]
+        spread_of_pair = "–" if row["spread_of_pairs"] is None else f"{100 * row['spread_of_pairs']:.1f}%"
+        lines.append(
+            f"| {row['part']} | {row['pairs']} | **{row['geometric_mean']}** | {low} – {high} | {spread_of_pair} | "
+            f"{', '.join(map(str, row['pair_ratios']))} |"
+        )
+    lines.append("")
+    return lines

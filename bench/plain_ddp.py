@@ -87,32 +87,45 @@ def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: st
     os._exit(0)
 
 
-def run_plain_ddp(spec: JobSpec, result_path: str, threads: int) -> list[float]:
+def run_plain_ddp(spec: JobSpec, result_path: str, threads: int, start_method: str = "spawn") -> list[float]:
     """Samples per second of each epoch, all ranks together; `threads` per rank."""
-    return timed_plain_ddp(spec, result_path, threads)["samples_per_second"]
+    return timed_plain_ddp(spec, result_path, threads, start_method)["samples_per_second"]
 
 
-def timed_plain_ddp(spec: JobSpec, result_path: str, threads: int) -> dict:
+def timed_plain_ddp(spec: JobSpec, result_path: str, threads: int, start_method: str = "spawn") -> dict:
     """Each epoch's samples per second ("samples_per_second"), its wall-clock (start, end)
     ("epoch_windows") and the samples all ranks trained in it ("epoch_samples"); after each
     optimizer step, the time and the samples trained so far by all ranks ("trained"). Times are
-    time.time()."""
-    mp.spawn(
+    time.time(). `start_method` "forkserver": the ranks are forked from a fork server warmed as a
+    service launcher warms its own (what it preloads, its heap settings; bench/gap.py)."""
+    if start_method == "forkserver":
+        from trainjobs.worker.launcher import warm_up
+
+        warm_up()
+    mp.start_processes(
         _rank,
         args=(spec.world_size, free_port(), spec.model_dump_json(), result_path, threads),
         nprocs=spec.world_size,
         join=True,
+        start_method=start_method,
     )
     with open(result_path) as file:
         return json.load(file)
 
 
 if __name__ == "__main__":
-    # `python -m bench.plain_ddp SPEC.json RESULT.json [THREADS]`: the plain loop as a user starts it
-    # from a shell; THREADS per rank, by default the cores shared among the ranks.
+    # `python -m bench.plain_ddp SPEC.json RESULT.json [THREADS] [--fork-server]`: the plain loop as a
+    # user starts it from a shell; THREADS per rank, by default the cores shared among the ranks.
     import sys
     from pathlib import Path
 
-    plain_spec = JobSpec.model_validate_json(Path(sys.argv[1]).read_text())
+    fork_server = "--fork-server" in sys.argv
+    arguments = [argument for argument in sys.argv[1:] if argument != "--fork-server"]
+    plain_spec = JobSpec.model_validate_json(Path(arguments[0]).read_text())
     default_threads = max(1, (os.cpu_count() or 1) // plain_spec.world_size)
-    run_plain_ddp(plain_spec, sys.argv[2], threads=int(sys.argv[3]) if len(sys.argv) > 3 else default_threads)
+    run_plain_ddp(
+        plain_spec,
+        arguments[1],
+        threads=int(arguments[2]) if len(arguments) > 2 else default_threads,
+        start_method="forkserver" if fork_server else "spawn",
+    )

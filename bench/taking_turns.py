@@ -197,11 +197,16 @@ def service_epochs(client, job_id: str) -> list[tuple[float, float, float]]:
                 progress = json.loads(line.partition(":")[2])
                 if progress["step"] == progress["steps"]:
                     ends[progress["epoch"]] = datetime.fromisoformat(progress["at"]).timestamp()
+    return epochs_of(job_id, ends, client.get(f"/v1/jobs/{job_id}/metrics").json()["items"])
+
+
+def epochs_of(run: str, ends: dict[int, float], metrics: list[dict]) -> list[tuple[float, float, float]]:
+    """(start, end, samples) of each epoch of a run's `metrics`, given when each ended (`ends`)."""
     epochs = []
-    for row in client.get(f"/v1/jobs/{job_id}/metrics").json()["items"]:
+    for row in metrics:
         end = ends.get(row["epoch"])
         if end is None:
-            raise RuntimeError(f"job {job_id}: no end-of-epoch progress report for epoch {row['epoch']}")
+            raise RuntimeError(f"{run}: no end-of-epoch progress report for epoch {row['epoch']}")
         epochs.append((end - row["epoch_seconds"], end, row["samples_per_second"] * row["epoch_seconds"]))
     return epochs
 

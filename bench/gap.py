@@ -1,0 +1,125 @@
+"""Where the service's shortfall against the plain loop lies (`python -m bench gap`, BENCHMARKS.md
+§1d): one configuration taken apart, each part taking turns against the same plain loop as in
+§1c (bench/taking_turns.py), a fresh pair each time, in passes over the parts:
+
+- fork server: the plain loop itself, its ranks forked from a fork server warmed as a service
+  launcher warms its own (what it preloads, its heap settings): how the service starts ranks;
+- trainjobs train: the service's own launcher, fork server, ranks and trainer, started from the
+  shell (`bench.local_trainer`): everything of a job but the service around it;
+- trainjobs train + idle stack: the same, with the (idle) API and worker on its side, stopped and
+  run with it: what the service costs when it has nothing to do with the job;
+- service: the job through the whole service, as §1c measures it.
+
+Each row is a ratio to the plain loop (`python -m bench.plain_ddp`, as a shell starts it).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from datetime import datetime
+from pathlib import Path
+
+from bench.overhead import calibrated_clips, default_stack, wavenet_spec
+from bench.process_cpu import wait_until_quiet
+from bench.taking_turns import (
+    EPOCHS,
+    ROOT,
+    Turns,
+    compared,
+    epochs_of,
+    plain_epochs,
+    plain_process,
+    pooled,
+    rates,
+    service_and_plain,
+    wait_for_plain,
+)
+from tests.harness import sql_database
+
+CONFIGURATION = (1, "bf16", 1)  # §1c's most consistent shortfall
+PAIRS = 6
+PARTS = ["fork server", "trainjobs train", "trainjobs train + idle stack", "service"]
+
+
+def local_epochs(run_path: Path) -> list[tuple[float, float, float]]:
+    """(start, end, samples) of each epoch of a `trainjobs train` run, from its events.jsonl."""
+    ends: dict[int, float] = {}
+    metrics = []
+    for line in (run_path / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        data = event["data"]
+        if event["kind"] == "progress" and data["step"] == data["steps"]:
+            ends[data["epoch"]] = datetime.fromisoformat(data["at"]).timestamp()
+        elif event["kind"] == "metrics":
+            metrics.append(data)
+    return epochs_of(str(run_path), ends, metrics)
+
+
+def part_and_plain(part: str, spec: dict, scratch: str, threads: int, stack_roots: list[int]) -> dict:
+    """One pair: `part` (not the service) and a fresh plain loop, taking turns."""
+    plain, plain_result = plain_process(spec, scratch, "plain", threads)
+    spec_file = Path(scratch) / "plain.spec.json"
+    if part == "fork server":
+        result = Path(scratch) / "forked.result.json"
+        result.unlink(missing_ok=True)
+        command = [sys.executable, "-m", "bench.plain_ddp", str(spec_file), str(result), str(threads), "--fork-server"]
+    else:
+        workdir = Path(scratch) / "local"
+        shutil.rmtree(workdir, ignore_errors=True)
+        command = [sys.executable, "-m", "bench.local_trainer", str(spec_file), str(workdir), str(threads)]
+    other = subprocess.Popen(command, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL)
+    roots = [other.pid, *(stack_roots if part.endswith("idle stack") else [])]
+    try:
+        with Turns({"part": lambda: roots, "plain": lambda: [plain.pid]}) as turns:
+            wait_for_plain(plain)
+            wait_for_plain(other)
+    finally:
+        for process in (plain, other):
+            if process.poll() is None:
+                process.kill()
+    part_epochs = plain_epochs(result) if part == "fork server" else local_epochs(workdir / "runs" / "bench")
+    return compared(rates(turns, "part", part_epochs), rates(turns, "plain", plain_epochs(plain_result)))
+
+
+def run(configuration=CONFIGURATION, pairs: int = PAIRS) -> dict:
+    ranks, precision, accumulation = configuration
+    found: dict[str, list[dict]] = {part: [] for part in PARTS}
+    with tempfile.TemporaryDirectory() as scratch, sql_database("sqlite", Path(scratch)) as url:
+        stack, threads = default_stack(scratch, url)
+        try:
+            client = stack.client(stack.token("bench"))
+            stack_roots = [stack.api.pid, *(worker.pid for worker in stack.workers.values())]
+            spec = wavenet_spec(ranks, precision, accumulation, EPOCHS, calibrated_clips(ranks, precision, threads))
+            for number in range(1, pairs + 1):
+                for part in PARTS:
+                    wait_until_quiet()
+                    if part == "service":
+                        figures = service_and_plain(stack, client, spec, scratch, threads)
+                    else:
+                        figures = part_and_plain(part, spec, scratch, threads, stack_roots)
+                    print(
+                        f"gap  pair {number}/{pairs}  {part} / plain: {figures['a_samples_per_s']:.2f} and "
+                        f"{figures['b_samples_per_s']:.2f} samples/s, ratio {figures['ratio']:.3f}",
+                        flush=True,
+                    )
+                    found[part].append(figures)
+        finally:
+            stack.stop()
+    return {
+        "gap": {
+            "configuration": {"ranks": ranks, "precision": precision, "accumulation": accumulation},
+            "clips": spec["data"]["params"]["num_samples"],
+            "rows": [
+                {
+                    "part": part,
+                    "pair_ratios": [round(run["ratio"], 4) for run in runs],
+                    **pooled([run["ratio"] for run in runs]),
+                }
+                for part, runs in found.items()
+            ],
+        }
+    }
