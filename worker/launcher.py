@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import logging
 import multiprocessing
+import multiprocessing.connection
 import multiprocessing.forkserver
 import os
 import re
@@ -136,16 +137,24 @@ def launch(request: RunRequest, parent_pid: int | None = None, client: redis.Red
         join=False,
         start_method="forkserver",
     )
+    parent = ParentWatch(parent_pid)
     try:
         while True:
+            # Asleep until a rank exits, the worker goes or the deadline passes: a launcher that
+            # woke twice a second (and its log shipper twice more) cost a 1-rank job 1-2% of its
+            # speed, taking turns with the plain loop (BENCHMARKS.md §1d and issue 16's notes).
+            timeouts = [parent.poll_seconds] if parent.poll_seconds is not None else []
+            if deadline is not None:
+                timeouts.append(max(0.0, deadline - time.monotonic()))
+            multiprocessing.connection.wait([*context.sentinels, *parent.fds], timeout=min(timeouts, default=None))
             try:
-                if context.join(timeout=0.5):
+                if context.join(timeout=0):
                     break
             except mp.ProcessExitedException as error:
                 return _failure_or_late_success(request, error.error_index, error.exit_code)
             except mp.ProcessRaisedException as error:
                 return _failure_or_late_success(request, error.error_index, 1)
-            if parent_pid is not None and os.getppid() != parent_pid:
+            if parent.gone():
                 log.error("worker %s is gone; ending ranks", parent_pid)
                 return None
             if deadline is not None and time.monotonic() > deadline:
@@ -155,12 +164,38 @@ def launch(request: RunRequest, parent_pid: int | None = None, client: redis.Red
                     error=f"ran past max_runtime_seconds={spec.max_runtime_seconds}",
                 )
     finally:
+        parent.close()
         _end_ranks(context)
     if request.node_rank > 0:
         return None
     return _success(request) or StateChange(
         state="failed", stop_reason="error", error="all ranks exited but rank 0 wrote no result"
     )
+
+
+class ParentWatch:
+    """Whether the worker that started us (`parent_pid`; None: nobody to watch) is gone, with a
+    file descriptor that becomes readable when it exits (a pidfd), so the launcher can sleep on it
+    beside its ranks. Where pidfds are missing (Linux before 5.3), it is asked every second."""
+
+    def __init__(self, parent_pid: int | None):
+        self.parent_pid = parent_pid
+        self.fds: list[int] = []
+        self.poll_seconds: float | None = None  # None: nothing to ask on a timer
+        if parent_pid is None:
+            return
+        try:
+            self.fds = [os.pidfd_open(parent_pid)]
+        except (AttributeError, OSError):  # no pidfd here, or the parent is already gone
+            self.poll_seconds = 1.0
+
+    def gone(self) -> bool:
+        return self.parent_pid is not None and os.getppid() != self.parent_pid
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
 
 
 # What a rank's traceback says when a peer on another host went away: its connections closed.

@@ -2,7 +2,7 @@
 host that shares no disk with the workers (and keeps them after a worker is lost).
 
 The launcher runs one shipper: a thread that reads the new lines of each `rank<N>.log` of the
-attempt every `every_seconds` and sends them as `logs` events, in batches, over the job's event
+attempt every `every_seconds` (SHIP_EVERY_SECONDS) and sends them as `logs` events, in batches, over the job's event
 stream. Lines are numbered per rank, so a batch sent twice is kept once. The last batch goes out
 when the launcher stops the shipper, before it reports the job's final state: the service has
 every line by the time the job ends. The service keeps at most TRAINJOBS_LOG_LINES_PER_JOB lines
@@ -24,6 +24,9 @@ from trainjobs.contract.events import MAX_LOG_LINE_CHARS, MAX_LOG_LINES_PER_EVEN
 log = logging.getLogger(__name__)
 
 RANK_LOG = re.compile(r"^rank(\d+)\.log$")
+# Every wake of the launcher while its ranks train costs them (BENCHMARKS.md §1d): new lines reach
+# the service within this, and all of them before the job's end is reported.
+SHIP_EVERY_SECONDS = 2.0
 
 
 class RankLog:
@@ -54,7 +57,7 @@ def _clip(line: str) -> str:
 
 
 class LogShipper:
-    def __init__(self, run_path: Path, send: Callable[[BaseModel], None], every_seconds: float = 0.5):
+    def __init__(self, run_path: Path, send: Callable[[BaseModel], None], every_seconds: float = SHIP_EVERY_SECONDS):
         self.run_path = run_path
         self.send = send
         self.every_seconds = every_seconds

@@ -1,7 +1,8 @@
-"""What the launcher tells the service about a failed rank, and the heap settings its fork server
-(so every rank) starts with."""
+"""What the launcher tells the service about a failed rank, the heap settings its fork server
+(so every rank) starts with, and how it sleeps on its worker while the ranks train."""
 
 import json
+import multiprocessing.connection
 import os
 import subprocess
 import sys
@@ -9,7 +10,7 @@ import sys
 from tests.worker.local_training import mlp_spec
 from trainjobs.contract.run import RunRequest
 from trainjobs.contract.spec import JobSpec
-from trainjobs.worker.launcher import RANK_MALLOC_ENV, without_server_paths
+from trainjobs.worker.launcher import RANK_MALLOC_ENV, ParentWatch, without_server_paths
 
 
 def test_a_job_s_error_names_files_without_the_server_s_absolute_paths():
@@ -54,3 +55,18 @@ def run_fork_server(**env: str) -> dict[str, str]:
 def test_ranks_are_forked_from_a_server_whose_heap_is_kept_and_an_operator_s_setting_wins():
     assert run_fork_server() == RANK_MALLOC_ENV
     assert run_fork_server(MALLOC_TRIM_THRESHOLD_="1234") == {**RANK_MALLOC_ENV, "MALLOC_TRIM_THRESHOLD_": "1234"}
+
+
+def test_the_launcher_s_watch_on_its_worker_wakes_when_the_worker_exits_and_not_before():
+    worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    watch = ParentWatch(worker.pid)
+    try:
+        assert watch.fds and watch.poll_seconds is None  # a pidfd to sleep on, no timer
+        assert multiprocessing.connection.wait(watch.fds, timeout=0.2) == []
+        worker.kill()
+        assert multiprocessing.connection.wait(watch.fds, timeout=10) == watch.fds
+    finally:
+        watch.close()
+        worker.kill()
+        worker.wait()
+    assert ParentWatch(None).fds == [] and not ParentWatch(None).gone()
