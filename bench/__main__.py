@@ -534,10 +534,6 @@ def render_steps(rows: list[dict]) -> list[str]:
     return lines
 
 
-if __name__ == "__main__":
-    main()
-
-
 def render_gap(gap: dict) -> list[str]:
     config = gap["configuration"]
     lines = [
@@ -563,3 +559,7 @@ def render_gap(gap: dict) -> list[str]:
         )
     lines.append("")
     return lines
+
+
+if __name__ == "__main__":
+    main()
