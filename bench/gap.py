@@ -28,15 +28,14 @@ from bench.process_cpu import wait_until_quiet
 from bench.taking_turns import (
     EPOCHS,
     ROOT,
-    Turns,
     compared,
     epochs_of,
     plain_epochs,
     plain_process,
     pooled,
+    processes_taking_turns,
     rates,
     service_and_plain,
-    wait_for_plain,
 )
 from tests.harness import sql_database
 
@@ -73,14 +72,7 @@ def part_and_plain(part: str, spec: dict, scratch: str, threads: int, stack_root
         command = [sys.executable, "-m", "bench.local_trainer", str(spec_file), str(workdir), str(threads)]
     other = subprocess.Popen(command, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL)
     roots = [other.pid, *(stack_roots if part.endswith("idle stack") else [])]
-    try:
-        with Turns({"part": lambda: roots, "plain": lambda: [plain.pid]}) as turns:
-            wait_for_plain(plain)
-            wait_for_plain(other)
-    finally:
-        for process in (plain, other):
-            if process.poll() is None:
-                process.kill()
+    turns = processes_taking_turns({"part": (other, roots), "plain": (plain, [plain.pid])})
     part_epochs = plain_epochs(result) if part == "fork server" else local_epochs(workdir / "runs" / "bench")
     return compared(rates(turns, "part", part_epochs), rates(turns, "plain", plain_epochs(plain_result)))
 

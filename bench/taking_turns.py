@@ -254,15 +254,22 @@ def service_and_plain(stack, client, spec: dict, scratch: str, threads: int) -> 
 def plain_and_plain(spec: dict, scratch: str, threads: int) -> dict:
     first, first_file = plain_process(spec, scratch, "first", threads)
     second, second_file = plain_process(spec, scratch, "second", threads)
+    turns = processes_taking_turns({"first": (first, [first.pid]), "second": (second, [second.pid])})
+    return compared(rates(turns, "first", plain_epochs(first_file)), rates(turns, "second", plain_epochs(second_file)))
+
+
+def processes_taking_turns(sides: dict[str, tuple[subprocess.Popen, list[int]]]) -> Turns:
+    """Each side (its process, and the roots of all it runs) taking turns until every side's
+    process has exited; one still running on the way out is killed."""
     try:
-        with Turns({"first": lambda: [first.pid], "second": lambda: [second.pid]}) as turns:
-            wait_for_plain(first)
-            wait_for_plain(second)
+        with Turns({name: (lambda roots=roots: roots) for name, (_, roots) in sides.items()}) as turns:
+            for process, _ in sides.values():
+                wait_for_plain(process)
     finally:
-        for process in (first, second):
+        for process, _ in sides.values():
             if process.poll() is None:
                 process.kill()
-    return compared(rates(turns, "first", plain_epochs(first_file)), rates(turns, "second", plain_epochs(second_file)))
+    return turns
 
 
 def compared(a_rates: list[float], b_rates: list[float]) -> dict:
