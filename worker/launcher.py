@@ -140,9 +140,8 @@ def launch(request: RunRequest, parent_pid: int | None = None, client: redis.Red
     parent = ParentWatch(parent_pid)
     try:
         while True:
-            # Asleep until a rank exits, the worker goes or the deadline passes: a launcher that
-            # woke twice a second (and its log shipper twice more) cost a 1-rank job 1-2% of its
-            # speed, taking turns with the plain loop (BENCHMARKS.md §1d and issue 16's notes).
+            # Asleep until a rank exits, the worker goes or the deadline passes, rather than waking
+            # twice a second: each wake of the launcher costs its ranks a little (BENCHMARKS.md §1d).
             timeouts = [parent.poll_seconds] if parent.poll_seconds is not None else []
             if deadline is not None:
                 timeouts.append(max(0.0, deadline - time.monotonic()))

@@ -24,9 +24,10 @@ from trainjobs.contract.events import MAX_LOG_LINE_CHARS, MAX_LOG_LINES_PER_EVEN
 log = logging.getLogger(__name__)
 
 RANK_LOG = re.compile(r"^rank(\d+)\.log$")
-# Every wake of the launcher while its ranks train costs them (BENCHMARKS.md §1d): new lines reach
-# the service within this, and all of them before the job's end is reported.
-SHIP_EVERY_SECONDS = 2.0
+# New lines reach the service within this, and all of them before the job's end is reported. Each
+# wake costs the ranks a little (BENCHMARKS.md §1d), but a host lost seconds into a job must still
+# have shipped its first lines (tests/e2e/test_hosts.py).
+SHIP_EVERY_SECONDS = 0.5
 
 
 class RankLog:
