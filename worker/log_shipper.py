@@ -1,12 +1,16 @@
 """Ships every rank's output to the service while the job runs, so the API serves logs from a
 host that shares no disk with the workers (and keeps them after a worker is lost).
 
-The launcher runs one shipper: a thread that reads the new lines of each `rank<N>.log` of the
-attempt every `every_seconds` (SHIP_EVERY_SECONDS) and sends them as `logs` events, in batches, over the job's event
-stream. Lines are numbered per rank, so a batch sent twice is kept once. The last batch goes out
-when the launcher stops the shipper, before it reports the job's final state: the service has
-every line by the time the job ends. The service keeps at most TRAINJOBS_LOG_LINES_PER_JOB lines
-a job; the files on the worker keep everything.
+The launcher runs one shipper: a thread that sleeps until a rank writes to its `rank<N>.log`
+(trainjobs.worker.directory_changes), then sends the new lines of each as `logs` events, in
+batches, over the job's event stream, and waits `every_seconds` (SHIP_EVERY_SECONDS) before it
+looks again, so that a rank that writes all the time costs one batch per interval. Where inotify
+is missing it reads every `every_seconds` instead.
+
+Lines are numbered per rank, so a batch sent twice is kept once. The last batch goes out when the
+launcher stops the shipper, before it reports the job's final state: the service has every line
+by the time the job ends. The service keeps at most TRAINJOBS_LOG_LINES_PER_JOB lines a job; the
+files on the worker keep everything.
 """
 
 from __future__ import annotations
@@ -20,14 +24,16 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from trainjobs.contract.events import MAX_LOG_LINE_CHARS, MAX_LOG_LINES_PER_EVENT, LogLines
+from trainjobs.worker.directory_changes import DirectoryChanges
 
 log = logging.getLogger(__name__)
 
 RANK_LOG = re.compile(r"^rank(\d+)\.log$")
-# New lines reach the service within this, and all of them before the job's end is reported. Each
-# wake costs the ranks a little (BENCHMARKS.md §1d), but a host lost seconds into a job must still
-# have shipped its first lines (tests/e2e/test_hosts.py).
+# New lines reach the service within this, and all of them before the job's end is reported: a host
+# lost seconds into a job must still have shipped its first lines (tests/e2e/test_hosts.py).
 SHIP_EVERY_SECONDS = 0.5
+# With inotify, a look at the files this often even when no change was seen: a backstop only.
+LOOK_ANYWAY_SECONDS = 60.0
 
 
 class RankLog:
@@ -64,17 +70,23 @@ class LogShipper:
         self.every_seconds = every_seconds
         self.logs: dict[int, RankLog] = {}
         self._stop = threading.Event()
+        self._changes: DirectoryChanges | None = None
         self._thread = threading.Thread(target=self._run, name="trainjobs-log-shipper", daemon=True)
 
     def start(self) -> LogShipper:
+        self._changes = DirectoryChanges.open(self.run_path)
         self._thread.start()
         return self
 
     def stop(self) -> None:
         """Ship what is left, including a last line without a newline, then stop."""
         self._stop.set()
+        if self._changes is not None:
+            self._changes.interrupt()
         if self._thread.ident is not None:
             self._thread.join(timeout=30)
+        if self._changes is not None and not self._thread.is_alive():
+            self._changes.close()
         self.ship(final=True)
 
     def ship(self, final: bool = False) -> None:
@@ -92,6 +104,12 @@ class LogShipper:
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_seconds):
+            if self._changes is not None:
+                changed = self._changes.wait(LOOK_ANYWAY_SECONDS)
+                if self._stop.is_set():
+                    return
+                if changed and not any(RANK_LOG.match(name) or not name for name in changed):
+                    continue  # the launcher's own log, say ("": the kernel's queue overflowed: look)
             try:
                 self.ship()
             except Exception:

@@ -1,7 +1,12 @@
 """The launcher's log shipper on real files: whole lines, numbered per rank, in bounded batches,
-with the last partial line sent when it stops."""
+with the last partial line sent when it stops; asleep until a rank writes."""
+
+import time
+
+import pytest
 
 from trainjobs.contract.events import MAX_LOG_LINE_CHARS, MAX_LOG_LINES_PER_EVENT, LogLines
+from trainjobs.worker.directory_changes import DirectoryChanges
 from trainjobs.worker.log_shipper import LogShipper
 
 
@@ -31,3 +36,52 @@ def test_a_burst_of_output_goes_out_in_bounded_batches(tmp_path):
     assert [len(batch.lines) for batch in sent] == [MAX_LOG_LINES_PER_EVENT, MAX_LOG_LINES_PER_EVENT, 234]
     assert [batch.first_line for batch in sent] == [0, 500, 1000]
     assert sent[-1].lines[-1] == "line 1233"
+
+
+class CountingShipper(LogShipper):
+    """A shipper that counts its looks at the files."""
+
+    looks = 0
+
+    def ship(self, final: bool = False) -> None:
+        self.looks += 1
+        super().ship(final)
+
+
+def test_a_running_shipper_sleeps_while_no_rank_writes_and_ships_soon_after_one_does(tmp_path):
+    changes = DirectoryChanges.open(tmp_path)
+    if changes is None:
+        pytest.skip("no inotify on this host: the shipper polls instead")
+    changes.close()
+    sent: list[LogLines] = []
+    (tmp_path / "rank0.log").write_text("")
+    shipper = CountingShipper(tmp_path, sent.append, every_seconds=0.1).start()
+    try:
+        time.sleep(1.0)
+        (tmp_path / "launcher.log").write_text("the launcher's own line\n")
+        time.sleep(0.5)
+        assert shipper.looks == 0  # a timer would have looked 15 times by now
+        (tmp_path / "rank0.log").write_text("first line\n")
+        deadline = time.monotonic() + 5
+        while not sent and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [batch.lines for batch in sent] == [["first line"]]
+    finally:
+        started = time.monotonic()
+        shipper.stop()
+    assert time.monotonic() - started < 2  # a sleeping shipper is woken to stop, not waited for
+
+
+def test_a_shipper_without_inotify_still_ships_on_its_timer(tmp_path, monkeypatch):
+    monkeypatch.setattr(DirectoryChanges, "open", classmethod(lambda cls, directory: None))
+    sent: list[LogLines] = []
+    (tmp_path / "rank0.log").write_text("")
+    shipper = LogShipper(tmp_path, sent.append, every_seconds=0.1).start()
+    try:
+        (tmp_path / "rank0.log").write_text("first line\n")
+        deadline = time.monotonic() + 5
+        while not sent and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [batch.lines for batch in sent] == [["first line"]]
+    finally:
+        shipper.stop()
