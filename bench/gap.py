@@ -77,9 +77,9 @@ def part_and_plain(part: str, spec: dict, scratch: str, threads: int, stack_root
     return compared(rates(turns, "part", part_epochs), rates(turns, "plain", plain_epochs(plain_result)))
 
 
-def run(configuration=CONFIGURATION, pairs: int = PAIRS) -> dict:
+def run(configuration=CONFIGURATION, pairs: int = PAIRS, parts: list[str] = PARTS) -> dict:
     ranks, precision, accumulation = configuration
-    found: dict[str, list[dict]] = {part: [] for part in PARTS}
+    found: dict[str, list[dict]] = {part: [] for part in parts}
     with tempfile.TemporaryDirectory() as scratch, sql_database("sqlite", Path(scratch)) as url:
         stack, threads = default_stack(scratch, url)
         try:
@@ -87,7 +87,7 @@ def run(configuration=CONFIGURATION, pairs: int = PAIRS) -> dict:
             stack_roots = [stack.api.pid, *(worker.pid for worker in stack.workers.values())]
             spec = wavenet_spec(ranks, precision, accumulation, EPOCHS, calibrated_clips(ranks, precision, threads))
             for number in range(1, pairs + 1):
-                for part in PARTS:
+                for part in parts:
                     wait_until_quiet()
                     if part == "service":
                         figures = service_and_plain(stack, client, spec, scratch, threads)
@@ -115,3 +115,25 @@ def run(configuration=CONFIGURATION, pairs: int = PAIRS) -> dict:
             ],
         }
     }
+
+
+def main() -> None:
+    """`python -m bench.gap`: a probe, some parts of one configuration, printed and not recorded
+    (`python -m bench gap` runs them all and writes BENCHMARKS.md §1d)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m bench.gap", description=main.__doc__)
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=PARTS, metavar="PART", help=f"of {PARTS}")
+    parser.add_argument("--pairs", type=int, default=PAIRS)
+    parser.add_argument("--ranks", type=int, choices=[1, 2], default=CONFIGURATION[0])
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default=CONFIGURATION[1])
+    parser.add_argument("--accumulation", type=int, choices=[1, 4], default=CONFIGURATION[2])
+    args = parser.parse_args()
+    result = run((args.ranks, args.precision, args.accumulation), args.pairs, args.parts)["gap"]
+    for row in result["rows"]:
+        low, high = row["interval_95"]
+        print(f"{row['part']} / plain: {row['geometric_mean']:.3f} ({low:.3f}-{high:.3f}), pairs {row['pair_ratios']}")
+
+
+if __name__ == "__main__":
+    main()
