@@ -416,15 +416,20 @@ def render_taking_turns(turns: dict) -> list[str]:
         f"from the job's event stream). Each pair is a fresh plain process and a fresh job of {turns['epochs']} "
         "epochs of about 12 s (of turns); its ratio is over the epochs after the first. A configuration's pairs "
         "lie minutes apart (one pass over all configurations per pair); its ratio is the median of its pairs'. "
-        "The plain / plain rows are the control: two plain processes taking turns the same way.",
+        "The plain / plain rows are the control: two plain processes taking turns the same way. The job is "
+        "posted once the plain loop's first optimizer step is done, so that both train from about the same "
+        "moment (a warm worker starts a job's ranks within a second, the plain script takes seconds); "
+        "*offset*: how long after the plain loop's timed epoch the job's began (median of pairs).",
         "",
-        "| pair | ranks | precision | accumulation | clips | first | second | ratio (median of pairs) | per pair |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| pair | ranks | precision | accumulation | clips | first | second | ratio (median of pairs) | per pair "
+        "| offset |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [
         f"| {r['pair']} | {r['ranks']} | {r['precision']} | {r['accumulation']} | {r['clips']} | "
         f"{r['a_samples_per_s']} | {r['b_samples_per_s']} | **{r['ratio']}** | "
-        f"{', '.join(map(str, r['pair_ratios']))} |"
+        f"{', '.join(map(str, r['pair_ratios']))} | "
+        f"{'–' if r.get('offset_s') is None else format(r['offset_s'], '+.1f') + ' s'} |"
         for r in turns["rows"]
     ]
     lines += [
@@ -545,17 +550,20 @@ def render_gap(gap: dict) -> list[str]:
         "server warmed as a service launcher warms its own (preloads, heap settings). *trainjobs train*: the "
         "service's launcher, fork server, ranks and trainer started from the shell, with the worker's threads per "
         "rank (`python -m bench.local_trainer`). *+ idle stack*: the same, with the idle API and worker on its "
-        "side (stopped and run with it). *service*: the job through the whole service.",
+        "side (stopped and run with it). *service*: the job through the whole service, posted once the plain "
+        "loop's first step is done (as in section 1c). *Offsets*: how long after the plain loop's timed epoch "
+        "the part's began, per pair.",
         "",
-        "| part / plain | pairs | geometric mean | 95% interval | spread of one pair | per pair |",
-        "|---|---|---|---|---|---|",
+        "| part / plain | pairs | geometric mean | 95% interval | spread of one pair | per pair | offsets (s) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in gap["rows"]:
         low, high = row["interval_95"]
         spread_of_pair = "–" if row["spread_of_pairs"] is None else f"{100 * row['spread_of_pairs']:.1f}%"
+        offsets = ", ".join(f"{offset:+.1f}" for offset in row.get("offsets_s", [])) or "–"
         lines.append(
             f"| {row['part']} | {row['pairs']} | **{row['geometric_mean']}** | {low} – {high} | {spread_of_pair} | "
-            f"{', '.join(map(str, row['pair_ratios']))} |"
+            f"{', '.join(map(str, row['pair_ratios']))} | {offsets} |"
         )
     lines.append("")
     return lines

@@ -36,6 +36,7 @@ from bench.taking_turns import (
     processes_taking_turns,
     rates,
     service_and_plain,
+    timed_offset,
 )
 from tests.harness import sql_database
 
@@ -74,7 +75,10 @@ def part_and_plain(part: str, spec: dict, scratch: str, threads: int, stack_root
     roots = [other.pid, *(stack_roots if part.endswith("idle stack") else [])]
     turns = processes_taking_turns({"part": (other, roots), "plain": (plain, [plain.pid])})
     part_epochs = plain_epochs(result) if part == "fork server" else local_epochs(workdir / "runs" / "bench")
-    return compared(rates(turns, "part", part_epochs), rates(turns, "plain", plain_epochs(plain_result)))
+    plain_ = plain_epochs(plain_result)
+    return compared(rates(turns, "part", part_epochs), rates(turns, "plain", plain_)) | {
+        "offset_s": timed_offset(part_epochs, plain_)
+    }
 
 
 def run(configuration=CONFIGURATION, pairs: int = PAIRS, parts: list[str] = PARTS) -> dict:
@@ -95,7 +99,8 @@ def run(configuration=CONFIGURATION, pairs: int = PAIRS, parts: list[str] = PART
                         figures = part_and_plain(part, spec, scratch, threads, stack_roots)
                     print(
                         f"gap  pair {number}/{pairs}  {part} / plain: {figures['a_samples_per_s']:.2f} and "
-                        f"{figures['b_samples_per_s']:.2f} samples/s, ratio {figures['ratio']:.3f}",
+                        f"{figures['b_samples_per_s']:.2f} samples/s, ratio {figures['ratio']:.3f}, "
+                        f"timed epochs {figures['offset_s']:+.1f} s apart",
                         flush=True,
                     )
                     found[part].append(figures)
@@ -109,6 +114,7 @@ def run(configuration=CONFIGURATION, pairs: int = PAIRS, parts: list[str] = PART
                 {
                     "part": part,
                     "pair_ratios": [round(run["ratio"], 4) for run in runs],
+                    "offsets_s": [run["offset_s"] for run in runs],
                     **pooled([run["ratio"] for run in runs]),
                 }
                 for part, runs in found.items()

@@ -14,7 +14,8 @@ likely). So the unit here is the pair: each pair is a fresh plain process and a 
 there are `PAIRS` of them per configuration, pooled at the end over all configurations.
 
 How: the plain loop runs as a shell would start it (`python -m bench.plain_ddp`, a session of
-its own) while the service's job is posted. From then on one side runs and the other is stopped
+its own), and the service's job is posted once the plain loop's first step is done, so that both
+train from about the same moment (service_and_plain says why). One side runs and the other is stopped
 (SIGSTOP to each of its process groups, SIGCONT to take its turn): the service's side is all of
 it (the API, the worker, the job's launcher, fork server and ranks), so whatever the service does
 while a job trains is paid in its own turns; the plain side is the script and its ranks. Redis
@@ -163,7 +164,9 @@ class Turns:
         return sum(max(0.0, min(end, to) - max(start, since)) for since, to in self.turns[side])
 
 
-def plain_process(spec: dict, scratch: str, name: str, threads: int) -> tuple[subprocess.Popen, Path]:
+def plain_process(
+    spec: dict, scratch: str, name: str, threads: int, stdout: int | None = None
+) -> tuple[subprocess.Popen, Path]:
     spec_file, result_file = Path(scratch) / f"{name}.spec.json", Path(scratch) / f"{name}.result.json"
     spec_file.write_text(json.dumps(spec))
     result_file.unlink(missing_ok=True)
@@ -171,8 +174,25 @@ def plain_process(spec: dict, scratch: str, name: str, threads: int) -> tuple[su
         [sys.executable, "-m", "bench.plain_ddp", str(spec_file), str(result_file), str(threads)],
         cwd=ROOT,
         start_new_session=True,
+        stdout=stdout,
+        text=True,
     )
     return process, result_file
+
+
+def first_step_done(process: subprocess.Popen) -> threading.Event:
+    """Set once the plain loop (started with its output piped) says its first optimizer step is
+    done; its output is read to the end, so that it never blocks on a full pipe."""
+    done = threading.Event()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if line.startswith("first optimizer step done"):
+                done.set()
+
+    threading.Thread(target=read, name="plain-output", daemon=True).start()
+    return done
 
 
 def plain_epochs(result_file: Path) -> list[tuple[float, float, float]]:
@@ -234,10 +254,27 @@ def wait_for_plain(process: subprocess.Popen, timeout: float = 1800) -> None:
 
 
 def service_and_plain(stack, client, spec: dict, scratch: str, threads: int) -> dict:
+    """One pair: a job through the service and a fresh plain loop, taking turns, training from
+    about the same moment: the job is posted once the plain loop's first optimizer step is done.
+
+    Why: a warm worker starts a job's ranks within a second, and the plain script takes seconds to
+    import torch and spawn its ranks. Posted at once, the job's timed epoch began about 5 s before
+    the plain loop's, and the service came out about 2% short (1 rank, bf16, accumulation 1: 0.982,
+    95% interval 0.977-0.988, 6 pairs). The same job posted after the plain loop's first step
+    (its timed epoch 1-2 s after the plain loop's) gave 1.001 (0.991-1.009), and posted 6 s later
+    still (7 s after) 1.002 (0.994-1.008); a cold launcher, posted at once, 1.002 (1.000-1.006). The
+    shortfall followed the moment of posting, not the service: where the two sides' epochs lie
+    against each other changes what one side's turns find on the machine. Why the service lost
+    only when it ran ahead is not established. `offset_s`: how long after the plain loop's timed
+    epoch the job's began."""
     service_roots = [stack.api.pid, *(worker.pid for worker in stack.workers.values())]
-    plain, result_file = plain_process(spec, scratch, "plain", threads)
+    plain, result_file = plain_process(spec, scratch, "plain", threads, stdout=subprocess.PIPE)
+    plain_stepped = first_step_done(plain)
     try:
         with Turns({"service": lambda: service_roots, "plain": lambda: [plain.pid]}) as turns:
+            while not plain_stepped.wait(1.0):
+                if plain.poll() is not None:
+                    raise RuntimeError(f"the plain loop exited with {plain.returncode} before its first step")
             job_id = client.post("/v1/jobs", json=spec).json()["id"]
             job = wait_for_job(client, job_id)
             wait_for_plain(plain)
@@ -246,9 +283,15 @@ def service_and_plain(stack, client, spec: dict, scratch: str, threads: int) -> 
             plain.kill()
     if job["state"] != "succeeded":
         raise RuntimeError(f"benchmark job failed: {job['error']}")
-    return compared(
-        rates(turns, "service", service_epochs(client, job_id)), rates(turns, "plain", plain_epochs(result_file))
-    )
+    service, plain_ = service_epochs(client, job_id), plain_epochs(result_file)
+    return compared(rates(turns, "service", service), rates(turns, "plain", plain_)) | {
+        "offset_s": timed_offset(service, plain_)
+    }
+
+
+def timed_offset(a_epochs: list[tuple[float, float, float]], b_epochs: list[tuple[float, float, float]]) -> float:
+    """Seconds from the start of b's first timed epoch to a's (the epochs after the first)."""
+    return round(a_epochs[1][0] - b_epochs[1][0], 2)
 
 
 def plain_and_plain(spec: dict, scratch: str, threads: int) -> dict:
@@ -322,7 +365,8 @@ def run(configurations=CONFIGURATIONS, controls=CONTROLS, pairs: int = PAIRS) ->
                     print(
                         f"taking turns  pair {number}/{pairs}  {pair}  {ranks} rank {precision} accumulation "
                         f"{accumulation}: {figures['a_samples_per_s']:.2f} and {figures['b_samples_per_s']:.2f} "
-                        f"samples/s, ratio {figures['ratio']:.3f} (rounds {figures['round_ratios']})",
+                        f"samples/s, ratio {figures['ratio']:.3f} (rounds {figures['round_ratios']})"
+                        + (f", timed epochs {figures['offset_s']:+.1f} s apart" if "offset_s" in figures else ""),
                         flush=True,
                     )
                     found[pair, (ranks, precision, accumulation)].append(figures)
@@ -337,6 +381,7 @@ def run(configurations=CONFIGURATIONS, controls=CONTROLS, pairs: int = PAIRS) ->
              "b_samples_per_s": round(statistics.median(run["b_samples_per_s"] for run in runs), 2),
              "ratio": round(statistics.median(run["ratio"] for run in runs), 3),
              "pair_ratios": [round(run["ratio"], 3) for run in runs],
+             "offset_s": statistics.median(run["offset_s"] for run in runs) if "offset_s" in runs[0] else None,
              "round_ratios": [run["round_ratios"] for run in runs]}
         )  # fmt: skip
     summary = {
