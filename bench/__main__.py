@@ -545,14 +545,15 @@ def render_gap(gap: dict) -> list[str]:
         "## 1d. Where the shortfall lies: one configuration taken apart (`python -m bench gap`)",
         "",
         f"{config['ranks']} rank, {config['precision']}, accumulation {config['accumulation']} ({gap['clips']} "
-        "clips), section 1c's most consistent shortfall. Each part takes turns against a fresh plain loop as in "
-        "section 1c, in passes over the parts. *fork server*: the plain loop itself, its ranks forked from a fork "
-        "server warmed as a service launcher warms its own (preloads, heap settings). *trainjobs train*: the "
-        "service's launcher, fork server, ranks and trainer started from the shell, with the worker's threads per "
-        "rank (`python -m bench.local_trainer`). *+ idle stack*: the same, with the idle API and worker on its "
-        "side (stopped and run with it). *service*: the job through the whole service, posted once the plain "
-        "loop's first step is done (as in section 1c). *Offsets*: how long after the plain loop's timed epoch "
-        "the part's began, per pair.",
+        "clips), section 1c's most consistent shortfall while its jobs were posted at once. Each part takes "
+        "turns against a fresh plain loop as in section 1c, in passes over the parts. *fork server*: the plain "
+        "loop itself, its ranks forked from a fork server warmed as a service launcher warms its own (preloads, "
+        "heap settings). *trainjobs train*: the service's launcher, fork server, ranks and trainer started from "
+        "the shell, with the worker's threads per rank (`python -m bench.local_trainer`). *+ idle stack*: the "
+        "same, with the idle API and worker on its side (stopped and run with it). *service, posted at once*: "
+        "the job through the whole service, posted as the plain loop starts. *service*: the same, posted once "
+        "the plain loop's first step is done (as in section 1c). *Offsets*: how long after the plain loop's "
+        "timed epoch the part's began, per pair.",
         "",
         "| part / plain | pairs | geometric mean | 95% interval | spread of one pair | per pair | offsets (s) |",
         "|---|---|---|---|---|---|---|",

@@ -253,7 +253,7 @@ def wait_for_plain(process: subprocess.Popen, timeout: float = 1800) -> None:
         raise RuntimeError(f"the plain loop exited with {process.returncode}")
 
 
-def service_and_plain(stack, client, spec: dict, scratch: str, threads: int) -> dict:
+def service_and_plain(stack, client, spec: dict, scratch: str, threads: int, post_at_once: bool = False) -> dict:
     """One pair: a job through the service and a fresh plain loop, taking turns, training from
     about the same moment: the job is posted once the plain loop's first optimizer step is done.
 
@@ -265,14 +265,14 @@ def service_and_plain(stack, client, spec: dict, scratch: str, threads: int) -> 
     still (7 s after) 1.002 (0.994-1.008); a cold launcher, posted at once, 1.002 (1.000-1.006). The
     shortfall followed the moment of posting, not the service: where the two sides' epochs lie
     against each other changes what one side's turns find on the machine. Why the service lost
-    only when it ran ahead is not established. `offset_s`: how long after the plain loop's timed
-    epoch the job's began."""
+    only when it ran ahead is not established. `post_at_once`: as before, for that comparison
+    (BENCHMARKS.md §1d). `offset_s`: how long after the plain loop's timed epoch the job's began."""
     service_roots = [stack.api.pid, *(worker.pid for worker in stack.workers.values())]
     plain, result_file = plain_process(spec, scratch, "plain", threads, stdout=subprocess.PIPE)
     plain_stepped = first_step_done(plain)
     try:
         with Turns({"service": lambda: service_roots, "plain": lambda: [plain.pid]}) as turns:
-            while not plain_stepped.wait(1.0):
+            while not (post_at_once or plain_stepped.wait(1.0)):
                 if plain.poll() is not None:
                     raise RuntimeError(f"the plain loop exited with {plain.returncode} before its first step")
             job_id = client.post("/v1/jobs", json=spec).json()["id"]
