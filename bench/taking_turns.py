@@ -260,13 +260,15 @@ def service_and_plain(stack, client, spec: dict, scratch: str, threads: int, pos
     Why: a warm worker starts a job's ranks within a second, and the plain script takes seconds to
     import torch and spawn its ranks. Posted at once, the job's timed epoch began about 5 s before
     the plain loop's, and the service came out about 2% short (1 rank, bf16, accumulation 1: 0.982,
-    95% interval 0.977-0.988, 6 pairs). The same job posted after the plain loop's first step
-    (its timed epoch 1-2 s after the plain loop's) gave 1.001 (0.991-1.009), and posted 6 s later
-    still (7 s after) 1.002 (0.994-1.008); a cold launcher, posted at once, 1.002 (1.000-1.006). The
-    shortfall followed the moment of posting, not the service: where the two sides' epochs lie
-    against each other changes what one side's turns find on the machine. Why the service lost
-    only when it ran ahead is not established. `post_at_once`: as before, for that comparison
-    (BENCHMARKS.md §1d). `offset_s`: how long after the plain loop's timed epoch the job's began."""
+    95% interval 0.977-0.988, 6 pairs, a probe by hand). The same job posted after the plain loop's
+    first step (its timed epoch 1-2 s after the plain loop's) gave 1.001 (0.991-1.009), and posted
+    6 s later still (7 s after) 1.002 (0.994-1.008); a cold launcher, posted at once, 1.002
+    (1.000-1.006). Interleaved in one run (BENCHMARKS.md §1d): 0.997 posted at once, 1.008 after
+    the first step, lower in each of 6 pairs. The shortfall followed the moment of posting, not the
+    service: where the two sides' epochs lie against each other changes what one side's turns find
+    on the machine. Why the service lost only when it ran ahead is not established.
+    `post_at_once`: as before, for that comparison (BENCHMARKS.md §1d). `offset_s`: how long after
+    the plain loop's timed epoch the job's began."""
     service_roots = [stack.api.pid, *(worker.pid for worker in stack.workers.values())]
     plain, result_file = plain_process(spec, scratch, "plain", threads, stdout=subprocess.PIPE)
     plain_stepped = first_step_done(plain)
