@@ -48,6 +48,15 @@ class CountingShipper(LogShipper):
         super().ship(final)
 
 
+def lines_shipped_after_a_write(run_path, sent: list[LogLines]) -> list[list[str]]:
+    """Rank 0 writes a line; the batches sent within 5 s of it."""
+    (run_path / "rank0.log").write_text("first line\n")
+    deadline = time.monotonic() + 5
+    while not sent and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return [batch.lines for batch in sent]
+
+
 def test_a_running_shipper_sleeps_while_no_rank_writes_and_ships_soon_after_one_does(tmp_path):
     changes = DirectoryChanges.open(tmp_path)
     if changes is None:
@@ -61,11 +70,7 @@ def test_a_running_shipper_sleeps_while_no_rank_writes_and_ships_soon_after_one_
         (tmp_path / "launcher.log").write_text("the launcher's own line\n")
         time.sleep(0.5)
         assert shipper.looks == 0  # a timer would have looked 15 times by now
-        (tmp_path / "rank0.log").write_text("first line\n")
-        deadline = time.monotonic() + 5
-        while not sent and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert [batch.lines for batch in sent] == [["first line"]]
+        assert lines_shipped_after_a_write(tmp_path, sent) == [["first line"]]
     finally:
         started = time.monotonic()
         shipper.stop()
@@ -78,10 +83,6 @@ def test_a_shipper_without_inotify_still_ships_on_its_timer(tmp_path, monkeypatc
     (tmp_path / "rank0.log").write_text("")
     shipper = LogShipper(tmp_path, sent.append, every_seconds=0.1).start()
     try:
-        (tmp_path / "rank0.log").write_text("first line\n")
-        deadline = time.monotonic() + 5
-        while not sent and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert [batch.lines for batch in sent] == [["first line"]]
+        assert lines_shipped_after_a_write(tmp_path, sent) == [["first line"]]
     finally:
         shipper.stop()
