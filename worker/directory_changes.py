@@ -14,7 +14,6 @@ spent), `DirectoryChanges.open` returns None and the caller polls as before.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import logging
 import os
@@ -32,10 +31,8 @@ EVENT_HEADER = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, 
 
 
 def _libc() -> ctypes.CDLL | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    libc = ctypes.CDLL(name, use_errno=True)
+    """The C library this process already has loaded (find_library would run ldconfig)."""
+    libc = ctypes.CDLL(None, use_errno=True)
     return libc if hasattr(libc, "inotify_init1") else None
 
 
