@@ -1,8 +1,8 @@
 """Sleep until a file in a directory is created or written (Linux inotify), for a thread that
 would otherwise wake on a timer to look.
 
-Why: the launcher shares the host with the job's ranks, and every wake of it costs them a little
-(BENCHMARKS.md §1d). Rank logs are written in bursts (start-up, an epoch's end, a traceback) and
+Why: the launcher shares the host with the job's ranks, and a process that wakes twice a second
+for nothing takes a little from them. Rank logs are written in bursts (start-up, an epoch's end, a traceback) and
 are quiet in between: a shipper that sleeps until a rank writes wakes a few times a job instead of
 twice a second.
 
