@@ -141,7 +141,7 @@ def launch(request: RunRequest, parent_pid: int | None = None, client: redis.Red
     try:
         while True:
             # Asleep until a rank exits, the worker goes or the deadline passes, rather than waking
-            # twice a second: each wake of the launcher costs its ranks a little (BENCHMARKS.md §1d).
+            # twice a second for nothing beside the job's ranks.
             timeouts = [parent.poll_seconds] if parent.poll_seconds is not None else []
             if deadline is not None:
                 timeouts.append(max(0.0, deadline - time.monotonic()))
