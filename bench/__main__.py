@@ -400,6 +400,15 @@ def render_side_by_side(rows: list[dict]) -> list[str]:
     return lines
 
 
+def with_interval(ratios: list[float]) -> str:
+    """A configuration's pairs as the pooled row shows all of them: geometric mean (95% bootstrap interval)."""
+    from bench.taking_turns import pooled
+
+    figures = pooled(ratios)
+    low, high = figures["interval_95"]
+    return f"{figures['geometric_mean']:.3f} ({low:.3f} – {high:.3f})"
+
+
 def render_taking_turns(turns: dict) -> list[str]:
     lines = [
         "## 1c. Taking turns: the service's job and the plain loop alive at once, a turn each "
@@ -415,19 +424,21 @@ def render_taking_turns(turns: dict) -> list[str]:
         "its own turns inside the epoch's wall-clock window (the service's from rank 0's reports, replayed "
         f"from the job's event stream). Each pair is a fresh plain process and a fresh job of {turns['epochs']} "
         "epochs of about 12 s (of turns); its ratio is over the epochs after the first. A configuration's pairs "
-        "lie minutes apart (one pass over all configurations per pair); its ratio is the median of its pairs'. "
+        "lie minutes apart (one pass over all configurations per pair); its ratio is the median of its pairs', "
+        "beside their geometric mean with a 95% bootstrap interval (pairs resampled; with 6 pairs, narrower than "
+        "the truth: read it against the control rows'). "
         "The plain / plain rows are the control: two plain processes taking turns the same way. The job is "
         "posted once the plain loop's first optimizer step is done, so that both train from about the same "
         "moment (a warm worker starts a job's ranks within a second, the plain script takes seconds); "
         "*offset*: how long after the plain loop's timed epoch the job's began (median of pairs).",
         "",
-        "| pair | ranks | precision | accumulation | clips | first | second | ratio (median of pairs) | per pair "
-        "| offset |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| pair | ranks | precision | accumulation | clips | first | second | ratio (median of pairs) "
+        "| geometric mean (95% interval) | per pair | offset |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [
         f"| {r['pair']} | {r['ranks']} | {r['precision']} | {r['accumulation']} | {r['clips']} | "
-        f"{r['a_samples_per_s']} | {r['b_samples_per_s']} | **{r['ratio']}** | "
+        f"{r['a_samples_per_s']} | {r['b_samples_per_s']} | **{r['ratio']}** | {with_interval(r['pair_ratios'])} | "
         f"{', '.join(map(str, r['pair_ratios']))} | "
         f"{'–' if r.get('offset_s') is None else format(r['offset_s'], '+.1f') + ' s'} |"
         for r in turns["rows"]
