@@ -51,6 +51,13 @@ def main() -> None:
     # Figures of an earlier commit that later runs are compared with (they cannot be measured again).
     kept = json.loads(results_file.read_text()) if results_file.exists() else {}
     results.update({key: kept[key] for key in ("polling_before",) if key in kept})
+    # A whole run (`make bench`) keeps the last figures of the benchmarks it does not run, and their runs.
+    if not args.which:
+        for name in [name for name in NAMED if name not in ALL]:
+            key = RESULT_KEYS.get(name, name)
+            if key in kept:
+                results[key] = kept[key]
+                results.setdefault("measured", {})[name] = kept["measured"][name]
     now = datetime.now(UTC).isoformat(timespec="seconds")
     # When and by which run each section was measured: a partial run leaves the others' as they were.
     measured = results.setdefault("measured", {})
