@@ -432,7 +432,7 @@ def render_taking_turns(turns: dict) -> list[str]:
         f"from the job's event stream). Each pair is a fresh plain process and a fresh job of {turns['epochs']} "
         "epochs of about 12 s (of turns); its ratio is over the epochs after the first. A configuration's pairs "
         "lie minutes apart (one pass over all configurations per pair); its ratio is the median of its pairs', "
-        "beside their geometric mean with a 95% bootstrap interval (pairs resampled; with 6 pairs, narrower than "
+        "beside their geometric mean with a 95% bootstrap interval (pairs resampled; with so few pairs, narrower than "
         "the truth: read it against the control rows'). "
         "The plain / plain rows are the control: two plain processes taking turns the same way. The job is "
         "posted once the plain loop's first optimizer step is done, so that both train from about the same "
