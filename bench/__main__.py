@@ -1,4 +1,4 @@
-"""`python -m bench [overhead turns steps dispatch api polling ingest fleet search memory sidebyside gap]`:
+"""`python -m bench [turns steps dispatch api polling ingest fleet search memory overhead sidebyside gap]`:
 run the benchmarks on this machine, print each figure as it comes, and write bench/results.json
 and BENCHMARKS.md.
 
@@ -21,12 +21,19 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 # Where a benchmark's figures are kept in results.json, if not under its name.
-RESULT_KEYS = {"sidebyside": "side_by_side", "turns": "taking_turns"}
-# What `make bench` runs; side by side (section 1b) runs when named: taking turns measures what it
-# did (the service against the plain loop over the same stretch of time) for every configuration.
-ALL = ["overhead", "turns", "steps", "dispatch", "api", "polling", "ingest", "fleet", "search", "memory"]
-# Gap (section 1d) takes one configuration apart to find where a shortfall lies: run when named.
-NAMED = [*ALL, "sidebyside", "gap"]
+RESULT_KEYS = {"sidebyside": ("side_by_side",), "turns": ("taking_turns",), "overhead": ("overhead", "scaling")}
+# What `make bench` runs.
+ALL = ["turns", "steps", "dispatch", "api", "polling", "ingest", "fleet", "search", "memory"]
+# Run when named; a whole run keeps their last figures. Overhead (sections 1 and 2, about 40
+# minutes): its rounds lie minutes apart, and the machine's drift over minutes (plain runs of one
+# configuration 2 to 20% apart) is far above the 1% that taking turns resolves for the same
+# comparison. Side by side (section 1b): taking turns measures what it did for every configuration.
+# Gap (section 1d) takes one configuration apart to find where a shortfall lies.
+NAMED = [*ALL, "overhead", "sidebyside", "gap"]
+
+
+def result_keys(name: str) -> tuple[str, ...]:
+    return RESULT_KEYS.get(name, (name,))
 
 
 def main() -> None:
@@ -54,15 +61,14 @@ def main() -> None:
     # A whole run (`make bench`) keeps the last figures of the benchmarks it does not run, and their runs.
     if not args.which:
         for name in [name for name in NAMED if name not in ALL]:
-            key = RESULT_KEYS.get(name, name)
-            if key in kept:
-                results[key] = kept[key]
+            if all(key in kept for key in result_keys(name)):
+                results.update({key: kept[key] for key in result_keys(name)})
                 results.setdefault("measured", {})[name] = kept["measured"][name]
     now = datetime.now(UTC).isoformat(timespec="seconds")
     # When and by which run each section was measured: a partial run leaves the others' as they were.
     measured = results.setdefault("measured", {})
     for name in NAMED:
-        if RESULT_KEYS.get(name, name) in results or (name == "overhead" and "scaling" in results):
+        if any(key in results for key in result_keys(name)):
             measured.setdefault(name, f"{results.get('date')} (`python -m bench {' '.join(results.get('ran', []))}`)")
     # Sections kept from an earlier run name the machine of that run (machines of one kind differ).
     for name, when in measured.items():
@@ -169,8 +175,10 @@ def render(results: dict) -> str:
             "data set is sized for epochs of about 12 s from a few timed steps (bf16 on a CPU without bf16 "
             "instructions is several times slower than fp32). Each round runs the service's job and the plain loop "
             "on the same spec, in alternating order; the ratio is the median of the rounds' ratios. The service's "
-            "stack runs with the settings' defaults. Reproduce: `python -m bench overhead` (all 8 configurations, "
-            "about 40 minutes) or `--config 2,fp32,1`.",
+            "stack runs with the settings' defaults. Run when named, not by `make bench`: `python -m bench overhead` "
+            "(all 8 configurations, about 40 minutes) or `--config 2,fp32,1`. Its rounds lie minutes apart, and "
+            "the machine drifts by more than 1% over minutes (the last column): section 1c, taking turns, takes that "
+            "drift out.",
             "",
             "| ranks | precision | accumulation | clips (epoch) | service | plain DDP | ratio (median of rounds) "
             "| per round | plain runs: spread |",
@@ -431,7 +439,14 @@ def render_taking_turns(turns: dict) -> list[str]:
         "its own turns inside the epoch's wall-clock window (the service's from rank 0's reports, replayed "
         f"from the job's event stream). Each pair is a fresh plain process and a fresh job of {turns['epochs']} "
         "epochs of about 12 s (of turns); its ratio is over the epochs after the first. A configuration's pairs "
-        "lie minutes apart (one pass over all configurations per pair); its ratio is the median of its pairs', "
+        "lie minutes apart (one pass over all configurations per pair)"
+        + (
+            ", and which side takes the first turn alternates from pass to pass (the service, or the control's first "
+            "process, in odd passes)"
+            if turns.get("first_turn_alternates")
+            else ""
+        )
+        + "; its ratio is the median of its pairs', "
         "beside their geometric mean with a 95% bootstrap interval (pairs resampled; with so few pairs, narrower than "
         "the truth: read it against the control rows'). "
         "The plain / plain rows are the control: two plain processes taking turns the same way. The job is "
