@@ -55,7 +55,7 @@ from tests.harness import sql_database
 
 TURN_SECONDS = 0.2
 EPOCHS = 2  # the first warms up; the second is timed
-PAIRS = 6  # 4 resolved a configuration's median only to about ±1% (the control's own spread)
+PAIRS = 6  # per configuration: one pair's spread is 1 to 2% (the control rows), a median of 6 about half that
 CONTROLS = [(1, "fp32", 4), (2, "fp32", 4)]
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,11 +113,15 @@ def pin_ranks(ranks: list[int]) -> None:
 
 class Turns:
     """Two sides, each given by its root processes, run in turns of `turn_seconds`: one side
-    runs while every process group of the other is stopped. `turns[side]` holds each of that
-    side's turns as (start, end), wall clock."""
+    runs while every process group of the other is stopped; `first` (by default the first
+    named) takes the first turn. `turns[side]` holds each of that side's turns as (start, end),
+    wall clock."""
 
-    def __init__(self, sides: dict[str, Callable[[], list[int]]], turn_seconds: float = TURN_SECONDS):
+    def __init__(
+        self, sides: dict[str, Callable[[], list[int]]], turn_seconds: float = TURN_SECONDS, first: str | None = None
+    ):
         self.sides = sides
+        self.order = sorted(sides, key=lambda side: side != first)  # stable: the rest keep their order
         self.turn_seconds = turn_seconds
         self.turns: dict[str, list[tuple[float, float]]] = {side: [] for side in sides}
         self._stop = threading.Event()
@@ -138,7 +142,7 @@ class Turns:
             signal_groups(self._seen[side] | Side(roots()).groups, signal.SIGCONT)
 
     def _run(self) -> None:
-        order = list(self.sides)
+        order = self.order
         turn = 0
         while not self._stop.is_set():
             side = order[turn % len(order)]
@@ -253,7 +257,9 @@ def wait_for_plain(process: subprocess.Popen, timeout: float = 1800) -> None:
         raise RuntimeError(f"the plain loop exited with {process.returncode}")
 
 
-def service_and_plain(stack, client, spec: dict, scratch: str, threads: int, post_at_once: bool = False) -> dict:
+def service_and_plain(
+    stack, client, spec: dict, scratch: str, threads: int, post_at_once: bool = False, first_turn: str = "service"
+) -> dict:
     """One pair: a job through the service and a fresh plain loop, taking turns, training from
     about the same moment: the job is posted once the plain loop's first optimizer step is done.
 
@@ -268,12 +274,12 @@ def service_and_plain(stack, client, spec: dict, scratch: str, threads: int, pos
     service: where the two sides' epochs lie against each other changes what one side's turns find
     on the machine. Why the service lost only when it ran ahead is not established.
     `post_at_once`: as before, for that comparison (BENCHMARKS.md §1d). `offset_s`: how long after
-    the plain loop's timed epoch the job's began."""
+    the plain loop's timed epoch the job's began. `first_turn`: "service" or "plain"."""
     service_roots = [stack.api.pid, *(worker.pid for worker in stack.workers.values())]
     plain, result_file = plain_process(spec, scratch, "plain", threads, stdout=subprocess.PIPE)
     plain_stepped = first_step_done(plain)
     try:
-        with Turns({"service": lambda: service_roots, "plain": lambda: [plain.pid]}) as turns:
+        with Turns({"service": lambda: service_roots, "plain": lambda: [plain.pid]}, first=first_turn) as turns:
             while not (post_at_once or plain_stepped.wait(1.0)):
                 if plain.poll() is not None:
                     raise RuntimeError(f"the plain loop exited with {plain.returncode} before its first step")
@@ -296,18 +302,26 @@ def timed_offset(a_epochs: list[tuple[float, float, float]], b_epochs: list[tupl
     return round(a_epochs[1][0] - b_epochs[1][0], 2)
 
 
-def plain_and_plain(spec: dict, scratch: str, threads: int) -> dict:
+def plain_and_plain(spec: dict, scratch: str, threads: int, first_turn: str = "first") -> dict:
+    """Two plain processes, "first" started just before "second"; `first_turn`: which one takes
+    the first turn."""
     first, first_file = plain_process(spec, scratch, "first", threads)
     second, second_file = plain_process(spec, scratch, "second", threads)
-    turns = processes_taking_turns({"first": (first, [first.pid]), "second": (second, [second.pid])})
+    turns = processes_taking_turns(
+        {"first": (first, [first.pid]), "second": (second, [second.pid])}, first_turn=first_turn
+    )
     return compared(rates(turns, "first", plain_epochs(first_file)), rates(turns, "second", plain_epochs(second_file)))
 
 
-def processes_taking_turns(sides: dict[str, tuple[subprocess.Popen, list[int]]]) -> Turns:
+def processes_taking_turns(
+    sides: dict[str, tuple[subprocess.Popen, list[int]]], first_turn: str | None = None
+) -> Turns:
     """Each side (its process, and the roots of all it runs) taking turns until every side's
     process has exited; one still running on the way out is killed."""
     try:
-        with Turns({name: (lambda roots=roots: roots) for name, (_, roots) in sides.items()}) as turns:
+        with Turns(
+            {name: (lambda roots=roots: roots) for name, (_, roots) in sides.items()}, first=first_turn
+        ) as turns:
             for process, _ in sides.values():
                 wait_for_plain(process)
     finally:
@@ -344,7 +358,9 @@ def pooled(ratios: list[float], resamples: int = 10_000) -> dict:
 
 def run(configurations=CONFIGURATIONS, controls=CONTROLS, pairs: int = PAIRS) -> dict:
     """`pairs` pairs of each configuration and control, in `pairs` passes over all of them (a
-    configuration's pairs lie minutes apart, as the overhead benchmark's rounds do)."""
+    configuration's pairs lie minutes apart, as the overhead benchmark's rounds do). Which side
+    takes the first turn alternates from pass to pass: the numerator's side in odd passes, the
+    plain loop (the control's "second") in even ones, so that neither is favoured by going first."""
     plan = [("service / plain", config) for config in configurations] + [
         ("plain / plain", config) for config in controls
     ]
@@ -360,10 +376,13 @@ def run(configurations=CONFIGURATIONS, controls=CONTROLS, pairs: int = PAIRS) ->
                 for pair, (ranks, precision, accumulation) in plan:
                     spec = wavenet_spec(ranks, precision, accumulation, EPOCHS, clips[ranks, precision])
                     wait_until_quiet()
+                    numerator_first = number % 2 == 1
                     if pair == "service / plain":
-                        figures = service_and_plain(stack, client, spec, scratch, threads)
+                        first_turn = "service" if numerator_first else "plain"
+                        figures = service_and_plain(stack, client, spec, scratch, threads, first_turn=first_turn)
                     else:
-                        figures = plain_and_plain(spec, scratch, threads)
+                        first_turn = "first" if numerator_first else "second"
+                        figures = plain_and_plain(spec, scratch, threads, first_turn=first_turn)
                     print(
                         f"taking turns  pair {number}/{pairs}  {pair}  {ranks} rank {precision} accumulation "
                         f"{accumulation}: {figures['a_samples_per_s']:.2f} and {figures['b_samples_per_s']:.2f} "
@@ -393,4 +412,9 @@ def run(configurations=CONFIGURATIONS, controls=CONTROLS, pairs: int = PAIRS) ->
     }
     for name, figures in summary.items():
         print(f"taking turns  {name}: {figures}", flush=True)
-    return {"taking_turns": {"rows": rows, "pooled": summary, "epochs": EPOCHS, "turn_seconds": TURN_SECONDS}}
+    return {
+        "taking_turns": {
+            "rows": rows, "pooled": summary, "epochs": EPOCHS, "turn_seconds": TURN_SECONDS,
+            "first_turn_alternates": True,
+        }
+    }  # fmt: skip
