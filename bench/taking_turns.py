@@ -55,7 +55,7 @@ from tests.harness import sql_database
 
 TURN_SECONDS = 0.2
 EPOCHS = 2  # the first warms up; the second is timed
-PAIRS = 6  # per configuration: one pair's spread is 1 to 2% (the control rows), a median of 6 about half that
+PAIRS = 8  # per configuration: one pair's spread is 1 to 2% (the control rows), a median of 8 under half that
 CONTROLS = [(1, "fp32", 4), (2, "fp32", 4)]
 ROOT = Path(__file__).resolve().parents[1]
 
