@@ -26,8 +26,9 @@ RESULT_KEYS = {"sidebyside": ("side_by_side",), "turns": ("taking_turns",), "ove
 ALL = ["turns", "steps", "dispatch", "api", "polling", "ingest", "fleet", "search", "memory"]
 # Run when named; a whole run keeps their last figures. Overhead (sections 1 and 2, about 40
 # minutes): its rounds lie minutes apart, and the machine's drift over minutes (plain runs of one
-# configuration 2 to 20% apart) is far above the 1% that taking turns resolves for the same
-# comparison. Side by side (section 1b): taking turns measures what it did for every configuration.
+# configuration 2 to 20% apart) is far above the 1% to be resolved; taking turns makes the same
+# comparison without that drift. Side by side (section 1b): taking turns measures what it did for
+# every configuration.
 # Gap (section 1d) takes one configuration apart to find where a shortfall lies.
 NAMED = [*ALL, "overhead", "sidebyside", "gap"]
 
