@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 EXPLAIN_EVERY_SECONDS = 5.0
 RETENTION_EVERY_SECONDS = 60.0
 FOLLOWER_WAIT_SECONDS = 1.0
+# The collector waits on the stream at most this long per turn, and never past the next sweep: an
+# event ends the wait at once, so a longer wait costs no latency, only fewer idle turns (each
+# a few Redis round trips) while jobs train on the same cores.
+COLLECTOR_WAIT_SECONDS = 2.0
 
 
 class BackgroundLoop:
@@ -119,8 +123,9 @@ class BackgroundLoop:
                 next_sweep = time.monotonic() + self.settings.sweep_interval_seconds
                 if not self.leadership.hold():
                     continue
+            wait = min(max(next_sweep - time.monotonic(), 0.05), COLLECTOR_WAIT_SECONDS)
             try:
-                self.collector.poll(block_ms=500)
+                self.collector.poll(block_ms=int(wait * 1000))
                 backoff = 0.5
             except Exception as error:
                 # SQL or Redis away: the entries stay pending; wait and try again.

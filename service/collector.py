@@ -11,6 +11,7 @@ up the entries behind it (`_handle_entry`).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import redis
@@ -37,6 +38,7 @@ GROUP = "collectors"
 DEAD_LETTERS_KEPT = 10_000  # the dead-letter stream is trimmed to about this many entries
 DEFAULT_LOG_LINES_CAP = 50_000  # TRAINJOBS_LOG_LINES_PER_JOB
 DEFAULT_MAX_ATTEMPTS = 3  # TRAINJOBS_MAX_ATTEMPTS
+RECLAIM_EVERY_SECONDS = 5.0  # or every stale_after_ms, if shorter
 
 
 class EventCollector:
@@ -62,17 +64,35 @@ class EventCollector:
         self.max_attempts = max_attempts
         self._failures: dict[str, int] = {}  # entry id -> failed applications, in this process
         self._group_ready = False
+        self._next_reclaim = 0.0  # monotonic; the first poll looks at once (a restart's pending entries)
 
     def poll(self, block_ms: int = 500, count: int = 100) -> int:
         """Apply what is waiting (pending first, then new); return how many entries were handled."""
         self._ensure_group()
-        entries = self._reclaim_pending(count)
+        entries = self._reclaim_pending(count) if self._reclaim_due() else []
+        if len(entries) == count:
+            self._next_reclaim = 0.0  # more may be pending: look again on the next poll
         if not entries:
             reply: Any = self.client.xreadgroup(GROUP, self.consumer, {self.stream: ">"}, count=count, block=block_ms)
             entries = reply[0][1] if reply else []
-        for entry_id, fields in entries:
-            self._handle_entry(_text(entry_id), fields)
+        try:
+            for entry_id, fields in entries:
+                self._handle_entry(_text(entry_id), fields)
+        except Exception:
+            self._next_reclaim = 0.0  # SQL away: what was delivered stays pending, for the next poll
+            raise
         return len(entries)
+
+    def _reclaim_due(self) -> bool:
+        """Pending entries are rare (a restart, a failed application, a consumer that died), so
+        they are looked for on the first poll, while a failed entry waits for its next try, and
+        then every few seconds, not on every poll: two Redis round trips fewer per turn of the
+        background loop while jobs train."""
+        now = time.monotonic()
+        if self._failures or now >= self._next_reclaim:
+            self._next_reclaim = now + min(self.stale_after_ms / 1000, RECLAIM_EVERY_SECONDS)
+            return True
+        return False
 
     def _ensure_group(self) -> None:
         if self._group_ready:

@@ -91,6 +91,25 @@ def test_entries_another_consumer_left_unacknowledged_are_taken_over_once_stale(
     assert client.xlen(stream) == 0
 
 
+def reclaim_calls(client: redis.Redis) -> int:
+    stats = client.info("commandstats")
+    return int(stats.get("cmdstat_xautoclaim", {}).get("calls", 0))
+
+
+def test_an_idle_collector_looks_for_pending_entries_on_its_first_poll_then_only_every_few_seconds(
+    database_url, namespace
+):
+    sessions = make_session_factory(make_engine(database_url))
+    client = redis.Redis.from_url(REDIS_URL)
+    collector = EventCollector(client, sessions, f"{namespace}:events", consumer="host-a", stale_after_ms=30_000)
+    before = reclaim_calls(client)
+    collector.poll(block_ms=10)
+    assert reclaim_calls(client) == before + 1  # the first poll: a restart's pending entries
+    for _ in range(5):
+        assert collector.poll(block_ms=10) == 0
+    assert reclaim_calls(client) == before + 1  # the idle polls that follow wait on the stream only
+
+
 def test_state_from_an_older_attempt_is_ignored_and_terminal_states_stick(database_url, namespace):
     from trainjobs.service.collector import apply_event
 
