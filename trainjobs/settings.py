@@ -34,7 +34,12 @@ class Settings(BaseSettings):
 
     # Dispatch, leases and recovery.
     lease_seconds: float = Field(30.0, gt=1.0, description="a claimed job's lease; renewed every third of it")
-    sweep_interval_seconds: float = Field(2.0, gt=0.0)
+    sweep_interval_seconds: float = Field(
+        5.0,
+        gt=0.0,
+        description="how often the API's leader requeues lost workers' jobs, re-sends stuck dispatches "
+        "and explains waiting jobs (each sweep costs a few SQL queries on the cores jobs train on)",
+    )
     outbox_grace_seconds: float = Field(
         5.0, ge=0.0, description="the sweeper leaves younger intents to the request that made them"
     )
