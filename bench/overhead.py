@@ -20,7 +20,7 @@ Each run starts once the machine is quiet (after a job, the worker warms its nex
 few seconds of imports). While each run trains, every process's CPU time is sampled from /proc (bench/process_cpu.py):
 where the cores went (ranks, launcher, worker, API, Redis, SQL, the rest) and how long the ranks
 waited for a core. The service's stack runs with the settings' defaults (the tests' stack sweeps
-four times as often).
+ten times as often).
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ CONFIGURATIONS = list(product((1, 2), ("fp32", "bf16"), (1, 4)))
 
 def default_stack(scratch: str, database_url: str) -> tuple[Stack, int]:
     """The API and a worker with a cpu slot per core, on the settings' defaults (the tests' stack
-    sweeps four times as often), started; and the threads the worker gives each rank of a job."""
+    sweeps ten times as often), started; and the threads the worker gives each rank of a job."""
     slots = max(2, os.cpu_count() or 1)
     defaults = Settings.model_fields
     stack = Stack(
