@@ -486,6 +486,12 @@ def render_taking_turns(turns: dict) -> list[str]:
     return lines
 
 
+def other_statuses(row: dict) -> str:
+    """ " (200: 20)": which statuses the unexpected answers had (runs before they were recorded: none)."""
+    statuses = row.get("other_statuses") or {}
+    return f" ({', '.join(f'{status}: {count}' for status, count in statuses.items())})" if statuses else ""
+
+
 def render_polling(polling: dict, before: dict | None) -> list[str]:
     lines = [
         "## 10. Polling a job (`python -m bench polling`)",
@@ -499,7 +505,7 @@ def render_polling(polling: dict, before: dict | None) -> list[str]:
     ]
     lines += [
         f"| {r['database']} | {r['jobs']:,} | {r['answer']} | {r['requests_per_s']} | {r['p50_ms']} ms | "
-        f"**{r['p99_ms']} ms** | {r['max_ms']} ms | {r['other_answers']} |"
+        f"**{r['p99_ms']} ms** | {r['max_ms']} ms | {r['other_answers']}{other_statuses(r)} |"
         for r in polling["open_loop"]
     ]
     lines += [

@@ -76,7 +76,7 @@ def run(
                             f"poll open  {database:<10} {size:>7} jobs  {answer}  {POLLERS} pollers x 1/s: "
                             f"{result['requests_per_s']:6.1f} req/s  p50 {result['p50_ms']:7.1f} ms  "
                             f"p99 {result['p99_ms']:7.1f} ms  max {result['max_ms']:7.1f} ms  "
-                            f"other answers {result['other_answers']}",
+                            f"other answers {result['other_answers']} {result['other_statuses'] or ''}",
                             flush=True,
                         )
                         open_rows.append(row)
@@ -154,6 +154,8 @@ async def open_loop(base_url: str, token: str, job_ids: list[str], etags: list[s
         "p99_ms": round(1000 * latencies[int(0.99 * (len(latencies) - 1))], 2),
         "max_ms": round(1000 * latencies[-1], 2),
         "other_answers": sum(count for status, count in answers.items() if status != expected),
+        # which they were: 200s in a 304 run mean a polled job changed; 4xx or 5xx, a failure
+        "other_statuses": {str(status): count for status, count in sorted(answers.items()) if status != expected},
     }
 
 
