@@ -83,7 +83,9 @@ def part_and_plain(part: str, spec: dict, scratch: str, threads: int, stack_root
     }
 
 
-def run(configuration=CONFIGURATION, pairs: int = PAIRS, parts: list[str] = PARTS) -> dict:
+def run(configuration=CONFIGURATION, pairs: int = PAIRS, parts: list[str] = PARTS, clips: int | None = None) -> dict:
+    """`clips`: the data set's size, as a run of `make bench` calibrated it (its results.json), to
+    probe that run's spec; by default calibrated here, now."""
     ranks, precision, accumulation = configuration
     found: dict[str, list[dict]] = {part: [] for part in parts}
     with tempfile.TemporaryDirectory() as scratch, sql_database("sqlite", Path(scratch)) as url:
@@ -91,7 +93,8 @@ def run(configuration=CONFIGURATION, pairs: int = PAIRS, parts: list[str] = PART
         try:
             client = stack.client(stack.token("bench"))
             stack_roots = [stack.api.pid, *(worker.pid for worker in stack.workers.values())]
-            spec = wavenet_spec(ranks, precision, accumulation, EPOCHS, calibrated_clips(ranks, precision, threads))
+            clips = clips or calibrated_clips(ranks, precision, threads)
+            spec = wavenet_spec(ranks, precision, accumulation, EPOCHS, clips)
             for number in range(1, pairs + 1):
                 for part in parts:
                     wait_until_quiet()
@@ -138,8 +141,9 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, choices=[1, 2], default=CONFIGURATION[0])
     parser.add_argument("--precision", choices=["fp32", "bf16"], default=CONFIGURATION[1])
     parser.add_argument("--accumulation", type=int, choices=[1, 4], default=CONFIGURATION[2])
+    parser.add_argument("--clips", type=int, help="the data set's size (default: calibrated now, for epochs of 10 s)")
     args = parser.parse_args()
-    result = run((args.ranks, args.precision, args.accumulation), args.pairs, args.parts)["gap"]
+    result = run((args.ranks, args.precision, args.accumulation), args.pairs, args.parts, args.clips)["gap"]
     for row in result["rows"]:
         low, high = row["interval_95"]
         print(f"{row['part']} / plain: {row['geometric_mean']:.3f} ({low:.3f}-{high:.3f}), pairs {row['pair_ratios']}")
