@@ -70,8 +70,8 @@ class EventCollector:
         """Apply what is waiting (pending first, then new); return how many entries were handled."""
         self._ensure_group()
         entries = self._reclaim_pending(count) if self._reclaim_due() else []
-        if len(entries) == count:
-            self._next_reclaim = 0.0  # more may be pending: look again on the next poll
+        if entries:
+            self._next_reclaim = 0.0  # found some: more may be pending (ours or stale), look again next poll
         if not entries:
             reply: Any = self.client.xreadgroup(GROUP, self.consumer, {self.stream: ">"}, count=count, block=block_ms)
             entries = reply[0][1] if reply else []
