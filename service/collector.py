@@ -72,7 +72,7 @@ class EventCollector:
         entries = self._reclaim_pending(count) if self._reclaim_due() else []
         if entries:
             self._next_reclaim = 0.0  # found some: more may be pending (ours or stale), look again next poll
-        if not entries:
+        else:
             reply: Any = self.client.xreadgroup(GROUP, self.consumer, {self.stream: ">"}, count=count, block=block_ms)
             entries = reply[0][1] if reply else []
         try:
