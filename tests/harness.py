@@ -84,7 +84,8 @@ def new_token(database_url: str, owner: str, admin: bool = False) -> str:
 
 
 def clear_namespace(redis_url: str, namespace: str) -> None:
-    client = redis.Redis.from_url(redis_url)
+    # Bounded: a teardown never waits on a Redis that is gone for longer than this.
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=5, socket_timeout=5)
     try:
         keys = list(client.scan_iter(f"{namespace}*"))
         if keys:

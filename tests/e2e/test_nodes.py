@@ -132,29 +132,38 @@ def network_hosts():
     hosts.remove()
 
 
-def test_a_two_node_job_runs_between_two_hosts_on_their_own_addresses(stack_on, sqlite_url, network_hosts, tmp_path):
-    """Each worker in a network namespace of its own, reaching Redis over a bridge: the
-    rendezvous works at the workers' own addresses, never 127.0.0.1."""
+@pytest.fixture
+def bridged_redis(network_hosts, tmp_path):
+    """A Redis of the test's own on the bridge's address. Requested before `stack_on`, so that it
+    outlives the stack: the stack's teardown clears its keys there. (Stopped first, the address
+    would be gone with the bridge, and the teardown's client would go out through the default
+    route, where any host may answer.)"""
     (tmp_path / "redis").mkdir()
     broker = PrivateRedis(tmp_path / "redis", host=network_hosts.gateway)
     broker.start()
-    try:
-        shared = {**FAST, "TRAINJOBS_CHECKPOINT_DIR": str(tmp_path / "store")}  # a mounted shared filesystem
-        stack = stack_on(sqlite_url, redis_url=broker.url, with_worker=False, **shared)
-        for index in (0, 1):
-            stack.start_worker(
-                f"ns{index}", slots=1, prefix=network_hosts.prefix(index), TRAINJOBS_HOME=str(tmp_path / f"host{index}")
-            )
-        client = stack.client(stack.token())
-        job_id = client.post("/v1/jobs", json=tiny_wavenet_spec(gpus=2, nodes=2, epochs=2)).json()["id"]
-        done = wait_for_terminal(client, job_id, timeout=180)
-        assert (done["state"], done["epoch"]) == ("succeeded", 2), done
-        workers = client.get("/v1/workers").json()["items"]
-        assert len(workers) == 2
-        logs = stack.log_text("ns0") + stack.log_text("ns1")
-        assert all(f"other hosts reach its ranks at {address}" in logs for address in network_hosts.addresses)
-    finally:
-        broker.stop()
+    yield broker
+    broker.stop()
+
+
+def test_a_two_node_job_runs_between_two_hosts_on_their_own_addresses(
+    bridged_redis, network_hosts, stack_on, sqlite_url, tmp_path
+):
+    """Each worker in a network namespace of its own, reaching Redis over a bridge: the
+    rendezvous works at the workers' own addresses, never 127.0.0.1."""
+    shared = {**FAST, "TRAINJOBS_CHECKPOINT_DIR": str(tmp_path / "store")}  # a mounted shared filesystem
+    stack = stack_on(sqlite_url, redis_url=bridged_redis.url, with_worker=False, **shared)
+    for index in (0, 1):
+        stack.start_worker(
+            f"ns{index}", slots=1, prefix=network_hosts.prefix(index), TRAINJOBS_HOME=str(tmp_path / f"host{index}")
+        )
+    client = stack.client(stack.token())
+    job_id = client.post("/v1/jobs", json=tiny_wavenet_spec(gpus=2, nodes=2, epochs=2)).json()["id"]
+    done = wait_for_terminal(client, job_id, timeout=180)
+    assert (done["state"], done["epoch"]) == ("succeeded", 2), done
+    workers = client.get("/v1/workers").json()["items"]
+    assert len(workers) == 2
+    logs = stack.log_text("ns0") + stack.log_text("ns1")
+    assert all(f"other hosts reach its ranks at {address}" in logs for address in network_hosts.addresses)
 
 
 def test_a_rank_failing_on_a_node_fails_the_job_naming_the_rank_and_host_and_ends_every_node(fleet):
