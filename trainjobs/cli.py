@@ -261,6 +261,8 @@ def _migrate(_args) -> None:
 def _api(args) -> None:
     import uvicorn
 
+    from trainjobs.service.api.serving import serve, serve_in_processes
+
     settings = _settings()
     workers = getattr(args, "workers", None) or settings.api_workers
     if workers < 1:
@@ -268,18 +270,18 @@ def _api(args) -> None:
     if workers == 1:
         from trainjobs.service.api.app import create_app
 
-        uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info")
+        serve(uvicorn.Config(create_app(settings), host=args.host, port=args.port, log_level="info"))
         return
     # Each process builds its own app (its own pools and clients) from the same TRAINJOBS_*
-    # environment; uvicorn's supervisor restarts one that dies.
-    uvicorn.run(
+    # environment; the supervisor restarts one that dies.
+    config = uvicorn.Config(
         "trainjobs.service.api.app:create_app_in_worker_process",
         factory=True,
-        workers=workers,
         host=args.host,
         port=args.port,
         log_level="info",
     )
+    serve_in_processes(config, workers)
 
 
 def _worker(args) -> None:

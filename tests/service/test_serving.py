@@ -1,0 +1,100 @@
+"""Serving the API (service/api/serving.py): real `trainjobs api` processes, one or several."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+
+from tests.harness import descendants, free_port, pid_alive, wait_until
+from trainjobs.service.api.serving import HEALTH_CHECK_SECONDS, serve_in_processes
+
+pytestmark = pytest.mark.e2e
+
+
+def voluntary_switches(pid: int, thread: int | None = None) -> int:
+    """How often a thread (by default the process's main thread) has gone to sleep: its wakeups."""
+    status = Path(f"/proc/{pid}/task/{thread or pid}/status").read_text()
+    return int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+
+
+def servers_of(stack) -> list[int]:
+    return sorted(
+        pid for pid in descendants(stack.api.pid) if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    )
+
+
+def answers(stack) -> bool:
+    return httpx.get(f"{stack.url}/healthz", timeout=5).status_code == 200
+
+
+@pytest.fixture
+def two_processes(stack_on, sqlite_url):
+    stack = stack_on(sqlite_url, with_worker=False, TRAINJOBS_API_WORKERS="2")
+    wait_until(lambda: len(servers_of(stack)) == 2 or None, 30, what="two API processes")
+    return stack
+
+
+def test_an_idle_api_keeps_house_once_a_second_not_ten_times(stack_on, sqlite_url):
+    """uvicorn's own server wakes ten times a second; a wakeup is a rank's lost time on its core."""
+    stack = stack_on(sqlite_url, with_worker=False)  # one process: the server runs in its main thread
+    before = voluntary_switches(stack.api.pid)
+    time.sleep(5)
+    assert voluntary_switches(stack.api.pid) - before <= 15  # about 5; uvicorn's own: about 50
+
+
+def test_several_api_processes_and_their_supervisor_sleep_while_idle(two_processes):
+    stack = two_processes
+    watched = [stack.api.pid, *servers_of(stack)]
+    before = [voluntary_switches(pid) for pid in watched]
+    time.sleep(5)
+    woke = [voluntary_switches(pid) - count for pid, count in zip(watched, before, strict=True)]
+    # The supervisor: its health check every 10 s (uvicorn's: a ping to each every 0.5 s). Each
+    # server's main thread: its housekeeping once a second (uvicorn's: ten times).
+    assert woke[0] <= 3 and all(count <= 15 for count in woke[1:]), woke
+
+
+def test_a_dead_api_process_is_replaced_while_the_other_answers(two_processes):
+    stack = two_processes
+    dead = servers_of(stack)[0]
+    os.kill(dead, signal.SIGKILL)
+    assert answers(stack)
+    wait_until(lambda: dead not in servers_of(stack) and len(servers_of(stack)) == 2, 30, what="a new API process")
+    assert answers(stack)
+
+
+def test_an_api_process_that_stops_answering_is_ended_and_replaced(two_processes):
+    stack = two_processes
+    stuck = servers_of(stack)[0]
+    os.kill(stuck, signal.SIGSTOP)  # alive, and answering nothing
+    try:
+        wait_until(lambda: not pid_alive(stuck), HEALTH_CHECK_SECONDS + 15, what="the stuck process ended")
+    finally:
+        if pid_alive(stuck):
+            os.kill(stuck, signal.SIGCONT)
+    wait_until(lambda: len(servers_of(stack)) == 2 or None, 30, what="a new API process")
+    assert answers(stack)
+
+
+def test_sigterm_ends_the_supervisor_and_every_api_process_promptly(two_processes):
+    stack = two_processes
+    everyone = [stack.api.pid, *servers_of(stack)]
+    started = time.monotonic()
+    stack.api.terminate()
+    assert stack.api.wait(timeout=10) == 0
+    wait_until(lambda: not any(pid_alive(pid) for pid in everyone), 10, what="every API process gone")
+    assert time.monotonic() - started < 10
+
+
+def test_a_server_that_cannot_start_stops_the_supervisor_with_uvicorn_s_startup_failure_code():
+    config = uvicorn.Config("tests.no_such_module:app", port=free_port(), log_level="critical")
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as stopped:
+        serve_in_processes(config, 2)
+    assert stopped.value.code == 3
+    assert time.monotonic() - started < 30
