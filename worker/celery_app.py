@@ -97,5 +97,9 @@ def run_worker(settings: Settings, pool: DevicePool, hostname: str | None = None
             "--loglevel=INFO",
             "--without-gossip",
             "--without-mingle",
+            # Celery's own heartbeat is an event published every 2 s for monitors (Flower), which
+            # nothing here reads: the worker's liveness is its Heartbeat above. While a job
+            # trains, each publish wakes the worker and Redis on a core a rank needs.
+            "--without-heartbeat",
         ]
     )
