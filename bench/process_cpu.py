@@ -13,6 +13,8 @@ ROLES = ("ranks", "launcher", "worker", "api", "redis", "sql", "other")
 
 
 def role_of(cmdline: str, parent_cmdline: str) -> str:
+    if "trainjobs.cli api" in parent_cmdline:
+        return "api"  # one of several API processes, spawned by the API's supervisor
     if "spawn_main" in cmdline or ("multiprocessing.forkserver" in parent_cmdline and "forkserver" in cmdline):
         return "ranks"  # a plain script's spawned rank, or a rank forked from a launcher's fork server
     if "trainjobs.worker.launcher" in cmdline or "multiprocessing." in cmdline:
