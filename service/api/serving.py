@@ -91,8 +91,10 @@ class ServerProcess:
             return False
 
     def end(self, kill: bool = False) -> None:
-        if self.process.is_alive():
-            self.process.kill() if kill else self.process.terminate()
+        if self.process.is_alive() and kill:
+            self.process.kill()
+        elif self.process.is_alive():
+            self.process.terminate()
         self.process.join()
         self.health.close()
 
