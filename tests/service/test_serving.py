@@ -17,16 +17,21 @@ from trainjobs.service.api.serving import HEALTH_CHECK_SECONDS, serve_in_process
 pytestmark = pytest.mark.e2e
 
 
-def voluntary_switches(pid: int, thread: int | None = None) -> int:
-    """How often a thread (by default the process's main thread) has gone to sleep: its wakeups."""
-    status = Path(f"/proc/{pid}/task/{thread or pid}/status").read_text()
+def voluntary_switches(pid: int) -> int:
+    """How often a process's main thread has gone to sleep: its wakeups."""
+    status = Path(f"/proc/{pid}/task/{pid}/status").read_text()
     return int(status.split("voluntary_ctxt_switches:")[1].split()[0])
 
 
 def servers_of(stack) -> list[int]:
-    return sorted(
-        pid for pid in descendants(stack.api.pid) if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    )
+    return sorted(pid for pid in descendants(stack.api.pid) if b"spawn_main" in cmdline(pid))
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:  # it exited since it was listed (a server being replaced)
+        return b""
 
 
 def answers(stack) -> bool:
