@@ -18,7 +18,9 @@ its own), and the service's job is posted once the plain loop's first step is do
 train from about the same moment (service_and_plain says why). One side runs and the other is stopped
 (SIGSTOP to each of its process groups, SIGCONT to take its turn): the service's side is all of
 it (the API, the worker, the job's launcher, fork server and ranks), so whatever the service does
-while a job trains is paid in its own turns; the plain side is the script and its ranks. Redis
+while a job trains is paid in its own turns. What it does on a clock (sweeps, heartbeats, lease
+renewals) falls due in the plain loop's turns too and is done in its own, so it is paid about twice
+over: this harness leans against the service. The plain side is the script and its ranks. Redis
 stays up for both, as it does in the overhead benchmark's plain runs. The i-th rank of either side
 is pinned to core i. Each turn's start and end are recorded (wall clock), and a loop's rate over an
 epoch is the samples it trained in that epoch over the seconds of its own turns inside the epoch's
