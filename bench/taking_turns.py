@@ -64,7 +64,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 class Side:
     """What one side runs, read from /proc: the process groups of its roots and of everything they
-    started (except ours), and its ranks (bench/process_cpu.py's roles), oldest first."""
+    started (except ours), and its ranks (bench/process_cpu.py's roles) in order of pid: a launcher
+    forks its ranks and a script spawns them in rank order, so the i-th is rank i unless pids wrapped."""
 
     def __init__(self, roots: list[int]):
         table: dict[int, tuple[int, int, str]] = {}  # pid: (parent, group, command line)
@@ -122,6 +123,8 @@ class Turns:
     def __init__(
         self, sides: dict[str, Callable[[], list[int]]], turn_seconds: float = TURN_SECONDS, first: str | None = None
     ):
+        if first is not None and first not in sides:
+            raise ValueError(f"first={first!r} names no side; the sides are {sorted(sides)}")
         self.sides = sides
         self.order = sorted(sides, key=lambda side: side != first)  # stable: the rest keep their order
         self.turn_seconds = turn_seconds
