@@ -44,23 +44,22 @@ def give_way_to_jobs(nice: int, *, whole_process: bool) -> list[str]:
                 changed.append(f"process nice {nice}")
         except OSError:
             pass
-    if os.getsid(0) == os.getpid() and session_group_nice() is not None:
+    group_nice = session_group_nice()
+    if os.getsid(0) == os.getpid() and group_nice is not None and group_nice < nice:
         try:
-            if (session_group_nice() or 0) < nice:
-                AUTOGROUP.write_text(str(nice))
-                changed.append(f"session group nice {nice}")
+            AUTOGROUP.write_text(str(nice))
+            changed.append(f"session group nice {nice}")
         except OSError:
             pass
     return changed
 
 
 def session_group_nice(autogroup: Path = AUTOGROUP) -> int | None:
-    """The nice value of this process's session group ("/autogroup-17 nice 0"); None where the
-    kernel has no such groups (not Linux, autogroup off or not built in)."""
+    """The nice value of this process's session group (the file reads "/autogroup-17 nice 0");
+    None where the kernel has no such groups (not Linux, or built without them). Where they are
+    switched off (`kernel.sched_autogroup_enabled = 0`) the value is still read, and counts for
+    nothing."""
     try:
-        text = autogroup.read_text()
-    except OSError:
+        return int(autogroup.read_text().rsplit("nice", 1)[1])
+    except (OSError, IndexError, ValueError):
         return None
-    if "nice" not in text:
-        return None
-    return int(text.split("nice")[-1])
