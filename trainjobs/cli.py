@@ -267,7 +267,6 @@ def _api(args) -> None:
     workers = getattr(args, "workers", None) or settings.api_workers
     if workers < 1:
         raise UsageError("--workers must be at least 1")
-    _give_way_to_jobs("API", settings.service_nice, whole_process=True)  # before any thread or process starts
     if workers == 1:
         from trainjobs.service.api.app import create_app
 
@@ -295,19 +294,7 @@ def _worker(args) -> None:
         if args.cpu_slots < 1:
             raise ValueError("--cpu-slots must be at least 1")
         pool = DevicePool("cpu", list(range(args.cpu_slots)))
-    settings = _settings()
-    # Its session group only: the launchers it starts (and their ranks) inherit its own nice value.
-    _give_way_to_jobs("worker", settings.service_nice, whole_process=False)
-    run_worker(settings, pool, args.hostname, args.address)
-
-
-def _give_way_to_jobs(who: str, nice: int, whole_process: bool) -> None:
-    from trainjobs.cpu_priority import give_way_to_jobs
-
-    changed = give_way_to_jobs(nice, whole_process=whole_process)
-    if changed:
-        what = ", ".join(changed)
-        print(f"{who}: gives way on the CPU to training jobs ({what}, TRAINJOBS_SERVICE_NICE)", flush=True)
+    run_worker(_settings(), pool, args.hostname, args.address)
 
 
 def _train(args) -> int:

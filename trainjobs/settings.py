@@ -70,13 +70,6 @@ class Settings(BaseSettings):
         description="launchers a worker keeps started ahead of their job, torch and the trainer loaded (0: each "
         "job starts its own, cold)",
     )
-    service_nice: int = Field(
-        19,
-        ge=0,
-        le=19,
-        description="how far the API and the worker give way on the CPU to the ranks of jobs training on the same "
-        "host (Linux nice; trainjobs/cpu_priority.py says how). 0: the same priority as the ranks",
-    )
     heartbeat_seconds: float = Field(5.0, gt=0.0, description="how often a worker reports itself")
     worker_lost_seconds: float = Field(30.0, gt=0.0, description="a worker silent this long is shown as lost")
 
