@@ -23,8 +23,8 @@ from sqlalchemy import insert
 
 from tests.harness import REDIS_URL, Stack, new_token, sql_database, tiny_wavenet_spec
 from trainjobs.contract.spec import JobSpec
-from trainjobs.service.db import make_engine
-from trainjobs.service.tables import JobLabelRow, JobRow, utcnow
+from trainjobs.jobs.db import make_engine
+from trainjobs.jobs.tables import JobLabelRow, JobRow, utcnow
 
 WRK_SCRIPT = """
 wrk.method = os.getenv("WRK_METHOD") or "GET"

@@ -13,9 +13,9 @@ import redis
 from bench.api_load import seed_jobs
 from tests.harness import REDIS_URL, clear_namespace, sql_database
 from trainjobs.contract.events import EpochMetrics, JobEvent
+from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+from trainjobs.jobs.repositories import epoch_metrics
 from trainjobs.service.collector import EventCollector
-from trainjobs.service.db import make_engine, make_session_factory, transaction
-from trainjobs.service.repositories import epoch_metrics
 
 
 def metrics_event(job_id: str, epoch: int) -> dict:

@@ -32,8 +32,8 @@ from sqlalchemy import select
 from bench.api_load import WRK_SCRIPT, seed_jobs, wrk
 from bench.py_spy import py_spy
 from tests.harness import REDIS_URL, Stack, new_token, sql_database
-from trainjobs.service.db import make_engine
-from trainjobs.service.tables import JobRow
+from trainjobs.jobs.db import make_engine
+from trainjobs.jobs.tables import JobRow
 
 POLLERS = 200
 OPEN_LOOP_SECONDS = 20

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bench.api_load import seed_jobs
 from tests.harness import REDIS_URL, Stack, new_token, sql_database
-from trainjobs.service.db import make_engine
+from trainjobs.jobs.db import make_engine
 
 TEAMS = [f"team{i}" for i in range(10)]
 CASES = {

@@ -2,8 +2,8 @@
 
 from alembic import context
 
-from trainjobs.service.db import make_engine
-from trainjobs.service.tables import Base
+from trainjobs.jobs.db import make_engine
+from trainjobs.jobs.tables import Base
 from trainjobs.settings import load_settings
 
 config = context.config

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
-from trainjobs.service.repositories import api_tokens
-from trainjobs.service.tables import ApiTokenRow, utcnow
+from trainjobs.jobs.repositories import api_tokens
+from trainjobs.jobs.tables import ApiTokenRow, utcnow
 
 TOKEN_PREFIX = "tj_"
 

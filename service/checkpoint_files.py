@@ -7,8 +7,8 @@ from pathlib import Path
 
 from fastapi.responses import FileResponse, StreamingResponse
 
-from trainjobs.service.errors import NotFound
-from trainjobs.service.tables import CheckpointRow
+from trainjobs.jobs.errors import NotFound
+from trainjobs.jobs.tables import CheckpointRow
 from trainjobs.store import CheckpointStore
 
 

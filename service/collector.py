@@ -28,9 +28,9 @@ from trainjobs.contract.events import (
     Progress,
     StateChange,
 )
-from trainjobs.service import lifecycle
-from trainjobs.service.db import transaction
-from trainjobs.service.repositories import job_logs, jobs
+from trainjobs.jobs import lifecycle
+from trainjobs.jobs.db import transaction
+from trainjobs.jobs.repositories import job_logs, jobs
 
 log = logging.getLogger(__name__)
 

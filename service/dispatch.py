@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from trainjobs.connections import celery_app
 from trainjobs.contract.dispatch import RUN_JOB_TASK, queue_for
-from trainjobs.service.db import transaction
-from trainjobs.service.repositories import dispatch_intents
-from trainjobs.service.tables import utcnow
+from trainjobs.jobs.db import transaction
+from trainjobs.jobs.repositories import dispatch_intents
+from trainjobs.jobs.tables import utcnow
 from trainjobs.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from sqlalchemy.orm import Session
 
 from trainjobs.contract.workers import WorkerStatus
+from trainjobs.jobs.repositories import jobs
 from trainjobs.service.auth import Principal
-from trainjobs.service.repositories import jobs
 
 
 def visible_workers(session: Session, caller: Principal, workers: list[WorkerStatus]) -> list[WorkerStatus]:

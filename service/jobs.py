@@ -14,15 +14,15 @@ from sqlalchemy.orm import Session
 from trainjobs.contract.events import JobState
 from trainjobs.contract.job import JobPage
 from trainjobs.contract.spec import LABEL_KEY, MAX_LABEL_VALUE, UNPRINTABLE, JobSpec
-from trainjobs.service import lifecycle
+from trainjobs.jobs import lifecycle
+from trainjobs.jobs.db import on_commit
+from trainjobs.jobs.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from trainjobs.jobs.repositories import checkpoints, jobs
+from trainjobs.jobs.repositories.jobs import JobFilter
+from trainjobs.jobs.tables import JobRow
+from trainjobs.jobs.timeline import document
 from trainjobs.service.auth import Principal
-from trainjobs.service.db import on_commit
 from trainjobs.service.dispatch import Dispatcher
-from trainjobs.service.errors import Conflict, Forbidden, InvalidRequest, NotFound
-from trainjobs.service.repositories import checkpoints, jobs
-from trainjobs.service.repositories.jobs import JobFilter
-from trainjobs.service.tables import JobRow
-from trainjobs.service.timeline import document
 from trainjobs.store import CheckpointStore
 
 log = logging.getLogger(__name__)

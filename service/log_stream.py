@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
 from trainjobs.contract.events import TERMINAL_STATES
-from trainjobs.service.repositories import job_logs, jobs
+from trainjobs.jobs.repositories import job_logs, jobs
 
 POLL_SECONDS = 0.5
 

@@ -16,11 +16,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from trainjobs.contract.events import StateChange
 from trainjobs.contract.workers import WorkerStatus
-from trainjobs.scheduling import waiting_reason
-from trainjobs.service import lifecycle
-from trainjobs.service.db import transaction
-from trainjobs.service.repositories import job_nodes, jobs
-from trainjobs.service.tables import utcnow
+from trainjobs.jobs import lifecycle
+from trainjobs.jobs.db import transaction
+from trainjobs.jobs.repositories import job_nodes, jobs
+from trainjobs.jobs.scheduling import waiting_reason
+from trainjobs.jobs.tables import utcnow
 
 log = logging.getLogger(__name__)
 

@@ -9,11 +9,11 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from trainjobs.jobs import lifecycle
+from trainjobs.jobs.db import transaction
+from trainjobs.jobs.repositories import jobs
+from trainjobs.jobs.tables import utcnow
 from trainjobs.service import jobs as job_rules
-from trainjobs.service import lifecycle
-from trainjobs.service.db import transaction
-from trainjobs.service.repositories import jobs
-from trainjobs.service.tables import utcnow
 from trainjobs.store import CheckpointStore
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
 from trainjobs.contract.events import TERMINAL_STATES
-from trainjobs.service.repositories import job_events, jobs
+from trainjobs.jobs.repositories import job_events, jobs
 
 POLL_SECONDS = 0.5
 KEEPALIVE_SECONDS = 15.0

@@ -41,8 +41,8 @@ def writer_sessions(settings):
     """Sessions as a worker's, the collector's or the reaper's are made: their job changes reach
     the API's job cache (service/job_cache.py)."""
     from trainjobs.connections import redis_client
-    from trainjobs.service.db import make_engine, make_session_factory
-    from trainjobs.service.job_cache import JobCacheWriter
+    from trainjobs.jobs.db import make_engine, make_session_factory
+    from trainjobs.jobs.job_cache import JobCacheWriter
 
     engine = make_engine(settings.sql_url)
     client = redis_client(settings)

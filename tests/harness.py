@@ -27,8 +27,8 @@ import psycopg
 import redis
 from sqlalchemy.engine import make_url
 
+from trainjobs.jobs.db import make_engine, make_session_factory, transaction
 from trainjobs.service.auth import create_token
-from trainjobs.service.db import make_engine, make_session_factory, transaction
 from trainjobs.service.migrate import upgrade_to_head
 
 REDIS_URL = os.environ.get("TRAINJOBS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -320,8 +320,8 @@ def _data_pack(args) -> None:
 
 
 def _token_create(args) -> None:
+    from trainjobs.jobs.db import make_engine, make_session_factory, transaction
     from trainjobs.service.auth import create_token
-    from trainjobs.service.db import make_engine, make_session_factory, transaction
 
     with transaction(make_session_factory(make_engine(_settings().sql_url))) as session:
         token = create_token(session, args.owner, args.admin)
@@ -330,8 +330,8 @@ def _token_create(args) -> None:
 
 
 def _token_list(_args) -> None:
-    from trainjobs.service.db import make_engine, make_session_factory, transaction
-    from trainjobs.service.repositories import api_tokens
+    from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+    from trainjobs.jobs.repositories import api_tokens
 
     with transaction(make_session_factory(make_engine(_settings().sql_url))) as session:
         rows = api_tokens.list_all(session)
@@ -345,8 +345,8 @@ def _token_list(_args) -> None:
 
 
 def _token_revoke(args) -> None:
-    from trainjobs.service.db import make_engine, make_session_factory, transaction
-    from trainjobs.service.repositories import api_tokens
+    from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+    from trainjobs.jobs.repositories import api_tokens
 
     with transaction(make_session_factory(make_engine(_settings().sql_url))) as session:
         if not api_tokens.revoke(session, args.token_id):
@@ -355,9 +355,9 @@ def _token_revoke(args) -> None:
 
 
 def _up(args) -> None:
+    from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+    from trainjobs.jobs.repositories import api_tokens
     from trainjobs.service.auth import create_token
-    from trainjobs.service.db import make_engine, make_session_factory, transaction
-    from trainjobs.service.repositories import api_tokens
 
     _migrate(args)
     settings = _settings()

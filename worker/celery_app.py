@@ -20,8 +20,8 @@ from celery import Celery
 from trainjobs.connections import celery_app, redis_client
 from trainjobs.contract.dispatch import RUN_JOB_TASK, queue_for
 from trainjobs.contract.workers import live_workers
-from trainjobs.service.db import make_engine, make_session_factory
-from trainjobs.service.job_cache import JobCacheWriter
+from trainjobs.jobs.db import make_engine, make_session_factory
+from trainjobs.jobs.job_cache import JobCacheWriter
 from trainjobs.settings import Settings
 from trainjobs.worker.devices import DevicePool
 from trainjobs.worker.heartbeat import Heartbeat

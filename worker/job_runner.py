@@ -7,8 +7,8 @@ job's state changed (cancel: trainjobs.worker.state_notices), or when the lease 
 renewal (every third of `lease_seconds`). Only then does it read SQL. The ranks share the host
 with the worker, and a watch that read SQL every second cost them CPU for nothing.
 
-The scheduling rule is trainjobs.scheduling's; SQL is reached only through
-trainjobs.service.worker_gateway; the launcher process is trainjobs.worker.supervision's.
+The scheduling rule is trainjobs.jobs.scheduling's; SQL is reached only through
+trainjobs.jobs.worker_gateway; the launcher process is trainjobs.worker.supervision's.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from trainjobs.contract.events import TERMINAL_STATES, StateChange
 from trainjobs.contract.run import RunRequest
 from trainjobs.contract.spec import JobSpec
 from trainjobs.contract.workers import WorkerStatus
-from trainjobs.scheduling import QueuedJob, first_in_line, waiting_reason
-from trainjobs.service import worker_gateway
-from trainjobs.service.db import transaction
+from trainjobs.jobs import worker_gateway
+from trainjobs.jobs.db import transaction
+from trainjobs.jobs.scheduling import QueuedJob, first_in_line, waiting_reason
 from trainjobs.settings import Settings
 from trainjobs.worker import supervision
 from trainjobs.worker.devices import DevicePool, core_share
@@ -70,7 +70,7 @@ class JobRunner:
         """What happened: "ran", "dropped", or "busy" / "elsewhere" (hand the message back).
 
         A message is a wake-up more than an order: the job run is the one first in line
-        (trainjobs.scheduling), which is the message's own job unless an older one waits.
+        (trainjobs.jobs.scheduling), which is the message's own job unless an older one waits.
         """
         with transaction(self.sessions) as session:
             view = worker_gateway.view_message(session, job_id)

@@ -17,6 +17,9 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 
 from trainjobs.connections import async_redis_client, redis_client
+from trainjobs.jobs.db import make_engine, make_session_factory
+from trainjobs.jobs.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from trainjobs.jobs.job_cache import JobCache, JobCacheWriter
 from trainjobs.service.api import prometheus
 from trainjobs.service.api.authentication import AuthenticationMiddleware
 from trainjobs.service.api.body_guard import BodyGuardMiddleware
@@ -26,10 +29,7 @@ from trainjobs.service.api.prometheus import ApiMetrics, LatencyMiddleware
 from trainjobs.service.api.routers import catalog, checkpoints, health, jobs, metrics, workers
 from trainjobs.service.api.security_headers import SecurityHeadersMiddleware
 from trainjobs.service.background import BackgroundLoop
-from trainjobs.service.db import make_engine, make_session_factory
 from trainjobs.service.dispatch import Dispatcher
-from trainjobs.service.errors import Conflict, Forbidden, InvalidRequest, NotFound
-from trainjobs.service.job_cache import JobCache, JobCacheWriter
 from trainjobs.settings import Settings, load_settings
 from trainjobs.store import CheckpointStore
 

@@ -18,10 +18,10 @@ from fastapi import Depends, HTTPException, Request
 from fastapi.security import HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
+from trainjobs.jobs.db import run_on_commit_callbacks
+from trainjobs.jobs.job_cache import JobCache
 from trainjobs.service.auth import Principal
-from trainjobs.service.db import run_on_commit_callbacks
 from trainjobs.service.dispatch import Dispatcher
-from trainjobs.service.job_cache import JobCache
 from trainjobs.settings import Settings
 from trainjobs.store import CheckpointStore
 

@@ -13,10 +13,10 @@ from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
 
 from trainjobs.contract.dispatch import queue_for
+from trainjobs.jobs.repositories import jobs
+from trainjobs.jobs.tables import EpochMetricsRow
 from trainjobs.service.api.deps import AppState, State
 from trainjobs.service.collector import dead_letter_stream
-from trainjobs.service.repositories import jobs
-from trainjobs.service.tables import EpochMetricsRow
 
 router = APIRouter(tags=["health"])
 

@@ -13,10 +13,10 @@ import redis
 from sqlalchemy import select
 
 from tests.harness import REDIS_URL, descendants, pid_alive, tiny_wavenet_spec, wait_for_terminal, wait_until
+from trainjobs.jobs.db import make_engine
+from trainjobs.jobs.tables import JobEventRow
 from trainjobs.service.collector import dead_letter_stream
-from trainjobs.service.db import make_engine
 from trainjobs.service.leadership import leader_key
-from trainjobs.service.tables import JobEventRow
 
 pytestmark = pytest.mark.e2e
 

@@ -5,9 +5,9 @@ a cancel whose notice never came is still found at that renewal. Real API, worke
 import pytest
 
 from tests.harness import processes_of_job, tiny_wavenet_spec, wait_for_terminal, wait_until
-from trainjobs.service import lifecycle
-from trainjobs.service.db import make_engine, make_session_factory, transaction
-from trainjobs.service.repositories import jobs
+from trainjobs.jobs import lifecycle
+from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+from trainjobs.jobs.repositories import jobs
 
 pytestmark = pytest.mark.e2e
 

@@ -7,11 +7,11 @@ import redis
 from tests.harness import REDIS_URL, tiny_wavenet_spec
 from trainjobs.contract.events import CheckpointRecord, EpochMetrics, JobEvent, StateChange
 from trainjobs.contract.spec import JobSpec
+from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+from trainjobs.jobs.repositories import checkpoints, epoch_metrics, jobs
 from trainjobs.service.auth import Principal
 from trainjobs.service.collector import EventCollector
-from trainjobs.service.db import make_engine, make_session_factory, transaction
 from trainjobs.service.jobs import submit
-from trainjobs.service.repositories import checkpoints, epoch_metrics, jobs
 
 
 class NoDispatch:

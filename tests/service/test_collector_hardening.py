@@ -16,9 +16,9 @@ from sqlalchemy import text
 from tests.harness import REDIS_URL
 from tests.service.test_collector import make_job, metrics
 from trainjobs.contract.events import CheckpointRecord, JobEvent
+from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+from trainjobs.jobs.repositories import checkpoints, epoch_metrics, job_events
 from trainjobs.service.collector import EventCollector, dead_letter_stream
-from trainjobs.service.db import make_engine, make_session_factory, transaction
-from trainjobs.service.repositories import checkpoints, epoch_metrics, job_events
 
 
 def checkpoint(job_id: str, epoch: int) -> CheckpointRecord:

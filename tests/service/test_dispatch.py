@@ -6,10 +6,10 @@ import logging
 import redis
 
 from tests.harness import PrivateRedis, tiny_wavenet_spec
+from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+from trainjobs.jobs.repositories import dispatch_intents
+from trainjobs.jobs.tables import utcnow
 from trainjobs.service import dispatch
-from trainjobs.service.db import make_engine, make_session_factory, transaction
-from trainjobs.service.repositories import dispatch_intents
-from trainjobs.service.tables import utcnow
 from trainjobs.settings import Settings
 from trainjobs.worker.devices import DevicePool
 from trainjobs.worker.job_runner import JobRunner

@@ -13,10 +13,10 @@ from sqlalchemy import func, select
 
 from tests.harness import tiny_wavenet_spec
 from trainjobs.contract.events import CheckpointRecord, EpochMetrics, LogLines
-from trainjobs.service import lifecycle
-from trainjobs.service.db import transaction
-from trainjobs.service.repositories import job_logs, jobs
-from trainjobs.service.tables import (
+from trainjobs.jobs import lifecycle
+from trainjobs.jobs.db import transaction
+from trainjobs.jobs.repositories import job_logs, jobs
+from trainjobs.jobs.tables import (
     CheckpointRow,
     DispatchIntentRow,
     EpochMetricsRow,

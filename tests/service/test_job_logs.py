@@ -2,8 +2,8 @@
 
 from tests.service.test_collector import make_job
 from trainjobs.contract.events import LogLines
-from trainjobs.service.db import make_engine, make_session_factory, transaction
-from trainjobs.service.repositories import job_logs
+from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+from trainjobs.jobs.repositories import job_logs
 
 
 def test_lines_are_kept_once_per_position_and_served_rank_by_rank(database_url):

@@ -6,8 +6,8 @@ import pytest
 from sqlalchemy import func, select
 
 from tests.harness import tiny_wavenet_spec
-from trainjobs.service.db import make_engine
-from trainjobs.service.tables import ApiTokenRow, JobRow
+from trainjobs.jobs.db import make_engine
+from trainjobs.jobs.tables import ApiTokenRow, JobRow
 
 
 def count_jobs(settings) -> int:

@@ -8,11 +8,11 @@ from sqlalchemy import func, select
 from tests.harness import tiny_wavenet_spec
 from trainjobs.contract.spec import JobSpec
 from trainjobs.contract.workers import WorkerStatus
+from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+from trainjobs.jobs.tables import DispatchIntentRow, JobEventRow, JobRow
 from trainjobs.service.auth import Principal
-from trainjobs.service.db import make_engine, make_session_factory, transaction
 from trainjobs.service.jobs import submit
 from trainjobs.service.reaper import explain_waiting_jobs
-from trainjobs.service.tables import DispatchIntentRow, JobEventRow, JobRow
 
 
 class NoBroker:

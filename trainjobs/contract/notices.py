@@ -1,5 +1,5 @@
 """The notices a worker listens to while its jobs run: each committed change of a job is
-announced on a Redis pub/sub channel as "<job id> <state>" (trainjobs.service.job_cache
+announced on a Redis pub/sub channel as "<job id> <state>" (trainjobs.jobs.job_cache
 publishes, trainjobs.worker.state_notices listens).
 
 A notice only wakes the worker: it then reads the job from SQL, which alone decides. A notice

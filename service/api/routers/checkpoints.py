@@ -6,11 +6,11 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import FileResponse
 
 from trainjobs.contract.job import CheckpointInfo, CheckpointList
+from trainjobs.jobs.errors import NotFound
+from trainjobs.jobs.repositories import checkpoints
 from trainjobs.service import checkpoint_files, jobs
 from trainjobs.service.api.deps import State, bearer_scheme, unit_of_work
 from trainjobs.service.api.error_docs import errors
-from trainjobs.service.errors import NotFound
-from trainjobs.service.repositories import checkpoints
 
 router = APIRouter(
     prefix="/v1/jobs/{job_id}/checkpoints", tags=["checkpoints"], responses=errors(401, 404), dependencies=bearer_scheme

@@ -10,10 +10,11 @@ from starlette.concurrency import run_in_threadpool
 
 from trainjobs.contract.job import JobDocument, JobPage
 from trainjobs.contract.spec import JobSpec
-from trainjobs.service import jobs, log_stream, timeline
+from trainjobs.jobs import timeline
+from trainjobs.jobs.job_cache import CachedJob, cached_form
+from trainjobs.service import jobs, log_stream
 from trainjobs.service.api.deps import State, bearer_scheme, require_caller, unit_of_work
 from trainjobs.service.api.error_docs import errors
-from trainjobs.service.job_cache import CachedJob, cached_form
 from trainjobs.service.sse import job_event_stream
 
 MAX_JOB_ID_LENGTH = 64  # longer is no job's id: not worth a Redis key

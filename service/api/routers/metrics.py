@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from trainjobs.contract.job import MetricsList
+from trainjobs.jobs.repositories import epoch_metrics
 from trainjobs.service import jobs
 from trainjobs.service.api.deps import bearer_scheme, unit_of_work
 from trainjobs.service.api.error_docs import errors
-from trainjobs.service.repositories import epoch_metrics
 
 router = APIRouter(
     prefix="/v1/jobs/{job_id}/metrics", tags=["metrics"], responses=errors(401, 404), dependencies=bearer_scheme

@@ -2,7 +2,7 @@
 
 A worker touches a job only through these functions: it reads the queue around a run message,
 claims a job, keeps its lease (and learns of a cancel), and says why a job cannot run. Every
-write is a job-life transition (trainjobs.service.lifecycle). What comes back is plain data,
+write is a job-life transition (trainjobs.jobs.lifecycle). What comes back is plain data,
 never an ORM row, so the worker knows nothing of the tables.
 """
 
@@ -13,10 +13,10 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from trainjobs.scheduling import QueuedJob
-from trainjobs.service import lifecycle
-from trainjobs.service.repositories import checkpoints, job_nodes, jobs
-from trainjobs.service.tables import JobRow
+from trainjobs.jobs import lifecycle
+from trainjobs.jobs.repositories import checkpoints, job_nodes, jobs
+from trainjobs.jobs.scheduling import QueuedJob
+from trainjobs.jobs.tables import JobRow
 
 OLDER_JOBS_READ = 200  # the most older queued jobs looked at for first-in-line
 

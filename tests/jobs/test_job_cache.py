@@ -12,12 +12,12 @@ from tests.harness import new_token, tiny_wavenet_spec, wait_until
 from trainjobs.connections import async_redis_client, redis_client
 from trainjobs.contract.events import EpochMetrics
 from trainjobs.contract.notices import job_state_channel
-from trainjobs.service import lifecycle
+from trainjobs.jobs import lifecycle
+from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+from trainjobs.jobs.job_cache import CachedJob, JobCache, JobCacheWriter, key_prefix
+from trainjobs.jobs.repositories import api_tokens, jobs
+from trainjobs.jobs.tables import ApiTokenRow, utcnow
 from trainjobs.service.auth import hash_token
-from trainjobs.service.db import make_engine, make_session_factory, transaction
-from trainjobs.service.job_cache import CachedJob, JobCache, JobCacheWriter, key_prefix
-from trainjobs.service.repositories import api_tokens, jobs
-from trainjobs.service.tables import ApiTokenRow, utcnow
 
 
 @pytest.fixture

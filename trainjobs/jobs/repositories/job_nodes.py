@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from trainjobs.service.tables import JobNodeRow, JobRow, utcnow
+from trainjobs.jobs.tables import JobNodeRow, JobRow, utcnow
 
 
 def of_attempt(session: Session, job_id: str, attempt: int) -> list[JobNodeRow]:

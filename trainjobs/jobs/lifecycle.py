@@ -27,10 +27,10 @@ from sqlalchemy.orm import Session
 
 from trainjobs.contract.events import TERMINAL_STATES, CheckpointRecord, EpochMetrics, Progress, StateChange
 from trainjobs.contract.spec import JobSpec
-from trainjobs.service import job_cache, timeline
-from trainjobs.service.errors import Conflict
-from trainjobs.service.repositories import checkpoints, dispatch_intents, epoch_metrics, job_labels, job_nodes, jobs
-from trainjobs.service.tables import JobRow, utcnow
+from trainjobs.jobs import job_cache, timeline
+from trainjobs.jobs.errors import Conflict
+from trainjobs.jobs.repositories import checkpoints, dispatch_intents, epoch_metrics, job_labels, job_nodes, jobs
+from trainjobs.jobs.tables import JobRow, utcnow
 
 ACTIVE_STATES = frozenset({"running", "cancelling"})
 

@@ -6,8 +6,8 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from trainjobs.contract.events import CheckpointRecord
-from trainjobs.service.repositories.idempotent_writes import upsert
-from trainjobs.service.tables import CheckpointRow
+from trainjobs.jobs.repositories.idempotent_writes import upsert
+from trainjobs.jobs.tables import CheckpointRow
 
 
 def record(session: Session, job_id: str, checkpoint: CheckpointRecord) -> None:

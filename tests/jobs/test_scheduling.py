@@ -3,7 +3,7 @@
 import time
 
 from trainjobs.contract.workers import WorkerStatus
-from trainjobs.scheduling import QueuedJob, first_in_line, waiting_reason
+from trainjobs.jobs.scheduling import QueuedJob, first_in_line, waiting_reason
 
 
 def job(name: str, needed: int, device: str = "cpu") -> QueuedJob:

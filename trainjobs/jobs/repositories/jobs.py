@@ -1,5 +1,5 @@
 """The jobs table. Its writes (add, claim, renew_lease) are called by
-trainjobs.service.lifecycle only."""
+trainjobs.jobs.lifecycle only."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import CursorResult, and_, delete, exists, func, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
-from trainjobs.service.tables import JobLabelRow, JobRow, utcnow
+from trainjobs.jobs.tables import JobLabelRow, JobRow, utcnow
 
 
 def add(session: Session, job: JobRow) -> None:

@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 
 from trainjobs.contract.job import Effective, JobDocument
 from trainjobs.contract.spec import scaled_lr
-from trainjobs.service.repositories import job_events
-from trainjobs.service.tables import JobRow
+from trainjobs.jobs.repositories import job_events
+from trainjobs.jobs.tables import JobRow
 
 
 def document(job: JobRow) -> JobDocument:

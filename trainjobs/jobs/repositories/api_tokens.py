@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from trainjobs.service.tables import ApiTokenRow, utcnow
+from trainjobs.jobs.tables import ApiTokenRow, utcnow
 
 
 def add(session: Session, token: ApiTokenRow) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from trainjobs.service.tables import JobLabelRow, JobRow
+from trainjobs.jobs.tables import JobLabelRow, JobRow
 
 
 def add(session: Session, job: JobRow, labels: dict[str, str]) -> None:

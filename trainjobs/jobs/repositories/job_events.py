@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from trainjobs.service.tables import JobEventRow, JobRow, utcnow
+from trainjobs.jobs.tables import JobEventRow, JobRow, utcnow
 
 
 def append(session: Session, job: JobRow, kind: str, data: dict[str, Any]) -> int:

@@ -7,8 +7,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from trainjobs.service.repositories.idempotent_writes import insert_ignore
-from trainjobs.service.tables import EpochMetricsRow, utcnow
+from trainjobs.jobs.repositories.idempotent_writes import insert_ignore
+from trainjobs.jobs.tables import EpochMetricsRow, utcnow
 
 
 def record(session: Session, job_id: str, epoch: int, attempt: int, data: dict[str, Any]) -> bool:

@@ -33,8 +33,8 @@ from sqlalchemy import event, inspect
 from sqlalchemy.orm import Session, sessionmaker
 
 from trainjobs.contract.notices import job_state_channel, state_notice
-from trainjobs.service import timeline
-from trainjobs.service.tables import JobRow
+from trainjobs.jobs import timeline
+from trainjobs.jobs.tables import JobRow
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from trainjobs.contract.events import LogLines
-from trainjobs.service.repositories.idempotent_writes import insert_ignore
-from trainjobs.service.tables import JobLogLineRow
+from trainjobs.jobs.repositories.idempotent_writes import insert_ignore
+from trainjobs.jobs.tables import JobLogLineRow
 
 CAP_NOTICE = "[trainjobs] this job's log reached {cap} lines; later lines stay on the worker (rank*.log)"
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from trainjobs.service.tables import DispatchIntentRow, utcnow
+from trainjobs.jobs.tables import DispatchIntentRow, utcnow
 
 
 def add(session: Session, job_id: str, device: str) -> None:

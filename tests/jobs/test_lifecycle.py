@@ -1,4 +1,4 @@
-"""A job's life (trainjobs.service.lifecycle) on real SQL: each transition starts only from the
+"""A job's life (trainjobs.jobs.lifecycle) on real SQL: each transition starts only from the
 states the state machine allows, and nothing else in the code writes a job's columns."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 from tests.harness import tiny_wavenet_spec
 from trainjobs.contract.events import StateChange
 from trainjobs.contract.spec import JobSpec
-from trainjobs.service import lifecycle
-from trainjobs.service.db import make_engine, make_session_factory, transaction
-from trainjobs.service.repositories import dispatch_intents, job_events, jobs
-from trainjobs.service.tables import JobRow
+from trainjobs.jobs import lifecycle
+from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+from trainjobs.jobs.repositories import dispatch_intents, job_events, jobs
+from trainjobs.jobs.tables import JobRow
 
 ROOT = Path(__file__).resolve().parents[2]
 ALL_STATES = ("queued", "running", "cancelling", "succeeded", "failed", "cancelled")
@@ -125,7 +125,11 @@ def test_the_design_document_s_state_table_lists_every_transition():
 
 JOB_COLUMNS = set(JobRow.__table__.columns.keys())
 # The job-life module, and the SQL it runs (its UPDATE statements and the event counter).
-WRITERS = {"service/lifecycle.py", "service/repositories/jobs.py", "service/repositories/job_events.py"}
+WRITERS = {
+    "trainjobs/jobs/lifecycle.py",
+    "trainjobs/jobs/repositories/jobs.py",
+    "trainjobs/jobs/repositories/job_events.py",
+}
 WRITING_CALLS = {
     ("jobs", "claim"),
     ("jobs", "renew_lease"),
@@ -190,7 +194,7 @@ def test_no_module_but_the_job_life_module_writes_a_job_s_columns():
     for folder in ("service", "worker", "trainjobs"):
         for path in (ROOT / folder).rglob("*.py"):
             relative = str(path.relative_to(ROOT))
-            if relative in WRITERS or relative == "service/timeline.py":
+            if relative in WRITERS or relative == "trainjobs/jobs/timeline.py":
                 continue
             writes = job_column_writes(ast.parse(path.read_text()))
             if writes:
