@@ -22,9 +22,10 @@ from pathlib import Path
 from sqlalchemy import insert
 
 from tests.harness import REDIS_URL, Stack, new_token, sql_database, tiny_wavenet_spec
+from trainjobs.contract.clock import utcnow
 from trainjobs.contract.spec import JobSpec
 from trainjobs.jobs.db import make_engine
-from trainjobs.jobs.tables import JobLabelRow, JobRow, utcnow
+from trainjobs.jobs.tables import JobLabelRow, JobRow
 
 WRK_SCRIPT = """
 wrk.method = os.getenv("WRK_METHOD") or "GET"

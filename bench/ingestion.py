@@ -13,6 +13,7 @@ import redis
 from bench.api_load import seed_jobs
 from tests.harness import REDIS_URL, clear_namespace, sql_database
 from trainjobs.contract.events import EpochMetrics, JobEvent
+from trainjobs.contract.redis_keys import RedisKeys
 from trainjobs.jobs.db import make_engine, make_session_factory, transaction
 from trainjobs.jobs.repositories import epoch_metrics
 from trainjobs.service.collector import EventCollector
@@ -37,7 +38,7 @@ def run(databases=("sqlite", "postgresql"), jobs: int = 50, epochs: int = 40) ->
         with tempfile.TemporaryDirectory() as scratch, sql_database(database, Path(scratch)) as url:
             namespace = "bench-ingest"
             client = redis.Redis.from_url(REDIS_URL)
-            stream = f"{namespace}:events"
+            keys = RedisKeys(namespace)
             engine = make_engine(url)
             sessions = make_session_factory(engine)
             job_ids = [seed_jobs(url, 1, "bench") for _ in range(jobs)]
@@ -45,9 +46,9 @@ def run(databases=("sqlite", "postgresql"), jobs: int = 50, epochs: int = 40) ->
             pipe = client.pipeline()
             for epoch in range(1, epochs + 1):
                 for job_id in job_ids:
-                    pipe.xadd(stream, metrics_event(job_id, epoch))
+                    pipe.xadd(keys.events, metrics_event(job_id, epoch))
             pipe.execute()
-            collector = EventCollector(client, sessions, stream, consumer="bench")
+            collector = EventCollector(client, sessions, keys, consumer="bench")
             start = time.perf_counter()
             while collector.poll(block_ms=50, count=200):
                 pass
@@ -56,7 +57,7 @@ def run(databases=("sqlite", "postgresql"), jobs: int = 50, epochs: int = 40) ->
             # Lag: one event at a time while the collector waits on the stream.
             lags = []
             for epoch in range(epochs + 1, epochs + 31):
-                client.xadd(stream, metrics_event(job_ids[0], epoch))
+                client.xadd(keys.events, metrics_event(job_ids[0], epoch))
                 collector.poll(block_ms=1000)
                 with transaction(sessions) as session:
                     row = epoch_metrics.for_job(session, job_ids[0])[-1]

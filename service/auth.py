@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
+from trainjobs.contract.clock import utcnow
 from trainjobs.jobs.repositories import api_tokens
-from trainjobs.jobs.tables import ApiTokenRow, utcnow
+from trainjobs.jobs.tables import ApiTokenRow
 
 TOKEN_PREFIX = "tj_"
 

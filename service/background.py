@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from trainjobs.contract.workers import live_workers
 from trainjobs.service import dispatch, reaper, retention
 from trainjobs.service.collector import EventCollector
-from trainjobs.service.leadership import Leadership, leader_key
+from trainjobs.service.leadership import Leadership
 from trainjobs.settings import Settings
 from trainjobs.store import CheckpointStore
 
@@ -51,14 +51,14 @@ class BackgroundLoop:
         self.collector = EventCollector(
             self.redis,
             sessions,
-            settings.events_stream,
+            settings.keys,
             # A name stable across restarts, so a restarted API resumes its own pending events at once.
             consumer=socket.gethostname(),
             max_failures=settings.collector_max_failures,
             log_lines_cap=settings.log_lines_per_job,
             max_attempts=settings.max_attempts,
         )
-        self.leadership = Leadership(self.redis, leader_key(settings.namespace))
+        self.leadership = Leadership(self.redis, settings.keys.background_leader)
         self._last_fleet: list[tuple[str, int]] | None = None
         self._next_explain = 0.0
         self._next_retention = 0.0
@@ -92,7 +92,7 @@ class BackgroundLoop:
 
     def _explain_waiting(self) -> None:
         settings = self.settings
-        workers = live_workers(self.redis, settings.workers_key, settings.worker_lost_seconds)
+        workers = live_workers(self.redis, settings.keys.workers, settings.worker_lost_seconds)
         # Waiting reasons depend on the fleet: re-read the queue when it changed, else now and then.
         fleet: list[tuple[str, int]] = sorted((worker.device, worker.slots) for worker in workers)
         if fleet != self._last_fleet or time.monotonic() >= self._next_explain:

@@ -28,6 +28,7 @@ from trainjobs.contract.events import (
     Progress,
     StateChange,
 )
+from trainjobs.contract.redis_keys import RedisKeys
 from trainjobs.jobs import lifecycle
 from trainjobs.jobs.db import transaction
 from trainjobs.jobs.repositories import job_logs, jobs
@@ -46,7 +47,7 @@ class EventCollector:
         self,
         client: redis.Redis,
         sessions: sessionmaker[Session],
-        stream: str,
+        keys: RedisKeys,
         consumer: str,
         stale_after_ms: int = 30_000,
         max_failures: int = 3,
@@ -55,8 +56,8 @@ class EventCollector:
     ):
         self.client = client
         self.sessions = sessions
-        self.stream = stream
-        self.dead_letters = dead_letter_stream(stream)
+        self.stream = keys.events
+        self.dead_letters = keys.dead_letters
         self.consumer = consumer
         self.stale_after_ms = stale_after_ms
         self.max_failures = max_failures
@@ -156,10 +157,6 @@ class EventCollector:
         self.client.xack(self.stream, GROUP, entry_id)
         self.client.xdel(self.stream, entry_id)
         self._failures.pop(entry_id, None)
-
-
-def dead_letter_stream(stream: str) -> str:
-    return f"{stream}:dead"
 
 
 def _text(value: bytes | str) -> str:

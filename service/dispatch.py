@@ -14,10 +14,10 @@ from datetime import timedelta
 from sqlalchemy.orm import Session, sessionmaker
 
 from trainjobs.connections import celery_app
-from trainjobs.contract.dispatch import RUN_JOB_TASK, queue_for
+from trainjobs.contract.clock import utcnow
+from trainjobs.contract.dispatch import RUN_JOB_TASK
 from trainjobs.jobs.db import transaction
 from trainjobs.jobs.repositories import dispatch_intents
-from trainjobs.jobs.tables import utcnow
 from trainjobs.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -25,14 +25,14 @@ log = logging.getLogger(__name__)
 
 class Dispatcher:
     def __init__(self, settings: Settings, sessions: sessionmaker[Session]):
-        self.namespace = settings.namespace
+        self.keys = settings.keys
         self.sessions = sessions
         self.celery = celery_app("trainjobs-api", settings)
 
     def send(self, job_id: str, device: str) -> bool:
         """Publish the run message; False (logged) when the broker cannot take it now."""
         try:
-            self.celery.send_task(RUN_JOB_TASK, args=[job_id], queue=queue_for(self.namespace, device), retry=False)
+            self.celery.send_task(RUN_JOB_TASK, args=[job_id], queue=self.keys.run_queue(device), retry=False)
         except Exception as error:  # kombu raises several types for a broker that is away
             log.warning("dispatch of job %s deferred: broker unavailable (%s)", job_id, error)
             return False

@@ -6,14 +6,13 @@ import base64
 import json
 import logging
 from datetime import datetime
-from typing import get_args
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from trainjobs.contract.events import JobState
 from trainjobs.contract.job import JobPage
 from trainjobs.contract.spec import LABEL_KEY, MAX_LABEL_VALUE, UNPRINTABLE, JobSpec
+from trainjobs.contract.states import JOB_STATES
 from trainjobs.jobs import lifecycle
 from trainjobs.jobs.db import on_commit
 from trainjobs.jobs.errors import Conflict, Forbidden, InvalidRequest, NotFound
@@ -124,7 +123,6 @@ def parse_last_event_id(value: str | None) -> int:
     return int(value)
 
 
-JOB_STATES: tuple[str, ...] = get_args(JobState)
 MAX_LABEL_FILTERS = 8
 
 

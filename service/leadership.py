@@ -50,7 +50,3 @@ class Leadership:
             self._release(keys=[self.key], args=[self.holder])
         except redis.RedisError:
             pass  # it expires
-
-
-def leader_key(namespace: str) -> str:
-    return f"{namespace}:background-leader"

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from trainjobs.contract.events import TERMINAL_STATES
+from trainjobs.contract.states import TERMINAL_STATES
 from trainjobs.jobs.repositories import job_logs, jobs
 
 POLL_SECONDS = 0.5

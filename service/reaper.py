@@ -14,13 +14,15 @@ import logging
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from trainjobs.contract.clock import utcnow
 from trainjobs.contract.events import StateChange
+from trainjobs.contract.spec import devices_per_node
+from trainjobs.contract.states import ACTIVE_STATES
 from trainjobs.contract.workers import WorkerStatus
 from trainjobs.jobs import lifecycle
 from trainjobs.jobs.db import transaction
 from trainjobs.jobs.repositories import job_nodes, jobs
 from trainjobs.jobs.scheduling import waiting_reason
-from trainjobs.jobs.tables import utcnow
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +35,7 @@ def requeue_lost_jobs(sessions: sessionmaker[Session], max_attempts: int) -> Non
             lost_workers.setdefault(job_id, worker)
         for job_id, lost in lost_workers.items():
             job = jobs.get(session, job_id, for_update=True)
-            if job is None or job.state not in ("running", "cancelling"):
+            if job is None or job.state not in ACTIVE_STATES:
                 continue
             if job.state == "cancelling":
                 lifecycle.finish(session, job, job.attempt, StateChange(state="cancelled", stop_reason="cancelled"))
@@ -63,7 +65,7 @@ def explain_waiting_jobs(
     for device, gpus, nodes in demand:
         if changed >= limit:
             break
-        reason = waiting_reason(device, gpus // nodes, workers, nodes)
+        reason = waiting_reason(device, devices_per_node(gpus, nodes), workers, nodes)
         with transaction(sessions) as session:
             stale = jobs.queued_with_other_reason(session, device, gpus, nodes, reason, limit=limit - changed)
             for job in stale:

@@ -9,10 +9,10 @@ from datetime import timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from trainjobs.contract.clock import utcnow
 from trainjobs.jobs import lifecycle
 from trainjobs.jobs.db import transaction
 from trainjobs.jobs.repositories import jobs
-from trainjobs.jobs.tables import utcnow
 from trainjobs.service import jobs as job_rules
 from trainjobs.store import CheckpointStore
 

@@ -27,7 +27,7 @@ from typing import Any, Generic, TypedDict, TypeVar, Unpack
 import httpx
 from pydantic import BaseModel
 
-from trainjobs.contract.events import TERMINAL_STATES, EpochMetrics
+from trainjobs.contract.events import EpochMetrics
 from trainjobs.contract.job import (
     CheckpointInfo,
     CheckpointList,
@@ -37,6 +37,7 @@ from trainjobs.contract.job import (
     WorkerInfo,
     WorkerList,
 )
+from trainjobs.contract.states import TERMINAL_STATES
 
 
 class ApiError(Exception):

@@ -12,6 +12,8 @@ from pathlib import Path
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from trainjobs.contract.redis_keys import RedisKeys
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRAINJOBS_", extra="ignore")
@@ -140,13 +142,9 @@ class Settings(BaseSettings):
     def cors_origin_list(self) -> list[str]:
         return [origin.strip() for origin in self.cors_origins.split(",") if origin.strip()]
 
-    @property
-    def events_stream(self) -> str:
-        return f"{self.namespace}:events"
-
-    @property
-    def workers_key(self) -> str:
-        return f"{self.namespace}:workers"
+    @cached_property
+    def keys(self) -> RedisKeys:
+        return RedisKeys(self.namespace)
 
 
 def load_settings() -> Settings:

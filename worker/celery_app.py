@@ -18,7 +18,7 @@ import redis
 from celery import Celery
 
 from trainjobs.connections import celery_app, redis_client
-from trainjobs.contract.dispatch import RUN_JOB_TASK, queue_for
+from trainjobs.contract.dispatch import RUN_JOB_TASK
 from trainjobs.contract.workers import live_workers
 from trainjobs.jobs.db import make_engine, make_session_factory
 from trainjobs.jobs.job_cache import JobCacheWriter
@@ -37,22 +37,22 @@ RETRY_PAUSE_SECONDS = 0.5
 
 def create_worker_app(settings: Settings, pool: DevicePool, hostname: str, client: redis.Redis, address: str) -> Celery:
     app = celery_app("trainjobs-worker", settings)
-    queue = queue_for(settings.namespace, pool.kind)
+    queue = settings.keys.run_queue(pool.kind)
 
     def send_again(job_id: str) -> None:
         app.send_task(RUN_JOB_TASK, args=[job_id], queue=queue)
 
     # The worker changes jobs too (claim, join, requeue): its changes reach pollers' ETags.
     sessions = make_session_factory(make_engine(settings.sql_url))
-    JobCacheWriter(client, settings.namespace).watch(sessions)
+    JobCacheWriter(client, settings.keys).watch(sessions)
     runner = JobRunner(
         settings,
         sessions,
         pool,
         hostname,
         send_again,
-        live_workers=lambda: live_workers(client, settings.workers_key, settings.worker_lost_seconds),
-        reporter=lambda job_id, attempt: EventReporter(client, settings.events_stream, job_id, attempt),
+        live_workers=lambda: live_workers(client, settings.keys.workers, settings.worker_lost_seconds),
+        reporter=lambda job_id, attempt: EventReporter(client, settings.keys.events, job_id, attempt),
         notices=StateNotices(settings.redis_url, settings.namespace).start(),
         address=address,
     )
@@ -86,13 +86,13 @@ def run_worker(settings: Settings, pool: DevicePool, hostname: str | None = None
     client = redis_client(settings)
     app = create_worker_app(settings, pool, hostname, client, address)
     print(f"worker {hostname}: {pool.size} {pool.kind} slot(s); other hosts reach its ranks at {address}", flush=True)
-    Heartbeat(client, settings.workers_key, hostname, pool, settings.heartbeat_seconds).start()
+    Heartbeat(client, settings.keys.workers, hostname, pool, settings.heartbeat_seconds).start()
     app.worker_main(
         [
             "worker",
             "--pool=threads",
             f"--concurrency={pool.size}",
-            f"--queues={queue_for(settings.namespace, pool.kind)}",
+            f"--queues={settings.keys.run_queue(pool.kind)}",
             f"--hostname={settings.namespace}@{hostname}",
             "--loglevel=INFO",
             "--without-gossip",

@@ -21,9 +21,10 @@ from contextlib import AbstractContextManager, nullcontext
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from trainjobs.contract.events import TERMINAL_STATES, StateChange
+from trainjobs.contract.events import StateChange
 from trainjobs.contract.run import RunRequest
 from trainjobs.contract.spec import JobSpec
+from trainjobs.contract.states import TERMINAL_STATES
 from trainjobs.contract.workers import WorkerStatus
 from trainjobs.jobs import worker_gateway
 from trainjobs.jobs.db import transaction
@@ -171,16 +172,14 @@ class JobRunner:
             checkpoint_dir=self.settings.checkpoint_store,
             data_root=str(self.settings.data_root_path),
             redis_url=self.settings.redis_url,
-            events_stream=self.settings.events_stream,
+            events_stream=self.settings.keys.events,
             resume_path=claimed.resume_path,
             init_path=claimed.init_path,
             nodes=spec.nodes,
             node_rank=claimed.node_rank,
             hostname=self.hostname,
             address=self.address,
-            rendezvous_key=(
-                f"{self.settings.namespace}:rendezvous:{claimed.id}:{claimed.attempt}" if spec.nodes > 1 else None
-            ),
+            rendezvous_key=(self.settings.keys.rendezvous(claimed.id, claimed.attempt) if spec.nodes > 1 else None),
             socket_ifname=self.socket_ifname,
             process_group_timeout_seconds=self.settings.process_group_timeout_seconds,
             threads_per_rank=core_share(self.pool.size),

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 
 import redis
 
-from trainjobs.contract.notices import job_state_channel, read_state_notice
+from trainjobs.contract.notices import read_state_notice
+from trainjobs.contract.redis_keys import RedisKeys
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ RECONNECT_SECONDS = 1.0
 
 class StateNotices:
     def __init__(self, redis_url: str, namespace: str):
-        self.channel = job_state_channel(namespace)
+        self.channel = RedisKeys(namespace).job_state_channel
         # Its own client with no read timeout: a subscription is silent until a job changes. Named
         # after the channel, so that `CLIENT LIST` shows whose it is.
         self.client = redis.Redis.from_url(

@@ -44,14 +44,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     read_engine = make_engine(settings.sql_url, read_only=True) if settings.sql_url.startswith("sqlite") else engine
     sessions = make_session_factory(engine)
     client = redis_client(settings)
-    JobCacheWriter(client, settings.namespace).watch(sessions)
+    JobCacheWriter(client, settings.keys).watch(sessions)
     state = AppState(
         settings=settings,
         sessions=sessions,
         read_sessions=make_session_factory(read_engine),
         dispatcher=Dispatcher(settings, sessions),
         redis=client,
-        job_cache=JobCache(async_redis_client(settings), settings.namespace),
+        job_cache=JobCache(async_redis_client(settings), settings.keys),
         checkpoint_store=CheckpointStore(settings.checkpoint_store),
     )
 

@@ -12,11 +12,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, His
 from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
 
-from trainjobs.contract.dispatch import queue_for
+from trainjobs.contract.states import JOB_STATES
 from trainjobs.jobs.repositories import jobs
 from trainjobs.jobs.tables import EpochMetricsRow
 from trainjobs.service.api.deps import AppState, State
-from trainjobs.service.collector import dead_letter_stream
 
 router = APIRouter(tags=["health"])
 
@@ -66,13 +65,13 @@ class ApiMetrics:
             for name, gauge in self.per_job.items():
                 if isinstance(figures.get(name), int | float):
                     gauge.labels(job_id).set(figures[name])
-        for job_state in ("queued", "running", "cancelling", "succeeded", "failed", "cancelled"):
+        for job_state in JOB_STATES:
             self.jobs.labels(job_state).set(counts.get(job_state, 0))
         self.epochs.set(epochs or 0)
         try:
             for device in ("cpu", "cuda"):
-                self.queue_depth.labels(device).set(state.redis.llen(queue_for(state.settings.namespace, device)))
-            self.dead_letters.set(state.redis.xlen(dead_letter_stream(state.settings.events_stream)))
+                self.queue_depth.labels(device).set(state.redis.llen(state.settings.keys.run_queue(device)))
+            self.dead_letters.set(state.redis.xlen(state.settings.keys.dead_letters))
         except redis.RedisError:
             pass
 

@@ -13,16 +13,15 @@ import redis
 from sqlalchemy import select
 
 from tests.harness import REDIS_URL, descendants, pid_alive, tiny_wavenet_spec, wait_for_terminal, wait_until
+from trainjobs.contract.redis_keys import RedisKeys
 from trainjobs.jobs.db import make_engine
 from trainjobs.jobs.tables import JobEventRow
-from trainjobs.service.collector import dead_letter_stream
-from trainjobs.service.leadership import leader_key
 
 pytestmark = pytest.mark.e2e
 
 
 def leader_pid(client: redis.Redis, namespace: str) -> int | None:
-    holder = client.get(leader_key(namespace))
+    holder = client.get(RedisKeys(namespace).background_leader)
     return int(holder.decode().split(":")[1]) if holder else None
 
 
@@ -78,7 +77,7 @@ def test_two_api_processes_apply_each_event_once_and_hand_the_lead_on(stack_on, 
     job_id = api.post("/v1/jobs", json=tiny_wavenet_spec(epochs=3)).json()["id"]
     assert wait_for_terminal(api, job_id)["state"] == "succeeded"
     assert_applied_once(sqlite_url, job_id, epochs=3)
-    assert client.xlen(dead_letter_stream(f"{stack.namespace}:events")) == 0
+    assert client.xlen(RedisKeys(stack.namespace).dead_letters) == 0
     client.close()
 
 

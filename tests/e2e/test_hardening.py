@@ -11,6 +11,7 @@ import redis
 
 from tests.harness import REDIS_URL, PrivateRedis, tiny_wavenet_spec, wait_for_terminal
 from tests.service.test_api_hardening import body_with
+from trainjobs.contract.redis_keys import RedisKeys
 
 pytestmark = pytest.mark.e2e
 
@@ -26,7 +27,7 @@ def test_no_bad_spec_stream_entry_diverging_job_or_heartbeat_stalls_another_owne
     stack = stack_on(database_url)
     alice, bob = stack.client(stack.token("alice")), stack.client(stack.token("bob"))
     events = redis.Redis.from_url(REDIS_URL)
-    stream = f"{stack.namespace}:events"
+    stream = RedisKeys(stack.namespace).events
 
     # 1. Infinity in a spec: refused, nothing stored.
     infinite = body_with(optimizer='{"name": "adamw", "lr": 0.01, "weight_decay": 1e999}')
@@ -63,7 +64,7 @@ def test_no_bad_spec_stream_entry_diverging_job_or_heartbeat_stalls_another_owne
     assert_bob_s_job_runs_whole(bob)
 
     # 4. A malformed heartbeat in the workers' hash.
-    events.hset(f"{stack.namespace}:workers", "not-a-worker", "{")
+    events.hset(RedisKeys(stack.namespace).workers, "not-a-worker", "{")
     assert bob.get("/v1/workers").status_code == 200
     assert_bob_s_job_runs_whole(bob)
 

@@ -18,6 +18,7 @@ from tests.harness import (
     wait_until,
 )
 from trainjobs.contract.events import JobEvent
+from trainjobs.contract.redis_keys import RedisKeys
 from trainjobs.contract.spec import JobSpec
 from trainjobs.worker.trainer.catalog import build_model
 
@@ -85,7 +86,7 @@ def test_metrics_are_complete_and_once_after_the_api_is_killed_mid_job(stack_on,
     events = redis.Redis.from_url(REDIS_URL)
 
     def finished_in_stream():
-        entries = events.xrange(f"{stack.namespace}:events")
+        entries = events.xrange(RedisKeys(stack.namespace).events)
         return any(JobEvent.from_stream_fields(fields).kind == "state" for _, fields in entries)
 
     wait_until(finished_in_stream, 180, interval=0.5, what="the job's final state in the stream")

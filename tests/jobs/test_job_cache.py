@@ -10,13 +10,13 @@ from sqlalchemy import Engine, event
 
 from tests.harness import new_token, tiny_wavenet_spec, wait_until
 from trainjobs.connections import async_redis_client, redis_client
+from trainjobs.contract.clock import utcnow
 from trainjobs.contract.events import EpochMetrics
-from trainjobs.contract.notices import job_state_channel
 from trainjobs.jobs import lifecycle
 from trainjobs.jobs.db import make_engine, make_session_factory, transaction
-from trainjobs.jobs.job_cache import CachedJob, JobCache, JobCacheWriter, key_prefix
+from trainjobs.jobs.job_cache import CachedJob, JobCache, JobCacheWriter
 from trainjobs.jobs.repositories import api_tokens, jobs
-from trainjobs.jobs.tables import ApiTokenRow, utcnow
+from trainjobs.jobs.tables import ApiTokenRow
 from trainjobs.service.auth import hash_token
 
 
@@ -43,7 +43,7 @@ def sql_statements():
 def cached_value(settings, job_id: str) -> bytes | None:
     client = redis_client(settings)
     try:
-        return client.get(key_prefix(settings.namespace) + job_id)
+        return client.get(settings.keys.job(job_id))
     finally:
         client.close()
 
@@ -98,7 +98,7 @@ def test_a_writer_that_died_between_its_commit_and_its_publish_leaves_polls_on_s
     poll must not answer from the version Redis held before."""
     job_id = api.post("/v1/jobs", json=tiny_wavenet_spec(), headers=alice).json()["id"]
     etag = api.get(f"/v1/jobs/{job_id}", headers=alice).headers["ETag"]
-    writer = JobCacheWriter(redis_client(settings), settings.namespace)
+    writer = JobCacheWriter(redis_client(settings), settings.keys)
     with transaction(unwatched_sessions) as session:
         job = lifecycle.claim(session, job_id, "w1", lease_seconds=30)
         session.flush()
@@ -108,8 +108,8 @@ def test_a_writer_that_died_between_its_commit_and_its_publish_leaves_polls_on_s
 
 
 def test_an_older_version_never_replaces_a_newer_one(settings):
-    writer = JobCacheWriter(redis_client(settings), settings.namespace)
-    cache = JobCache(async_redis_client(settings), settings.namespace)
+    writer = JobCacheWriter(redis_client(settings), settings.keys)
+    cache = JobCache(async_redis_client(settings), settings.keys)
 
     async def scenario():
         writer.publish("j1", CachedJob(6, "alice", b'{"v": 6}'))
@@ -176,7 +176,7 @@ def state_notices(settings):
     """What the job-state channel carries (trainjobs.contract.notices), as a worker hears it."""
     client = redis_client(settings)
     pubsub = client.pubsub()
-    pubsub.subscribe(job_state_channel(settings.namespace))
+    pubsub.subscribe(settings.keys.job_state_channel)
 
     def heard() -> list[str]:
         names = []

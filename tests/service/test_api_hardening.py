@@ -107,14 +107,14 @@ def test_cors_is_off_by_default_and_on_for_the_origins_named(settings):
 
 def heartbeat(settings, hostname: str, jobs: list[str]) -> None:
     status = WorkerStatus(hostname=hostname, device="cpu", slots=2, busy=len(jobs), jobs=jobs, last_seen=time.time())
-    redis.Redis.from_url(settings.redis_url).hset(settings.workers_key, hostname, status.model_dump_json())
+    redis.Redis.from_url(settings.redis_url).hset(settings.keys.workers, hostname, status.model_dump_json())
 
 
 def test_workers_show_each_caller_only_their_own_job_ids_and_skip_a_malformed_heartbeat(api, alice, bob, settings):
     alice_job = api.post("/v1/jobs", json=tiny_wavenet_spec(), headers=alice).json()["id"]
     bob_job = api.post("/v1/jobs", json=tiny_wavenet_spec(), headers=bob).json()["id"]
     heartbeat(settings, "host-1", [alice_job, bob_job])
-    redis.Redis.from_url(settings.redis_url).hset(settings.workers_key, "host-bad", '{"hostname": 5}')
+    redis.Redis.from_url(settings.redis_url).hset(settings.keys.workers, "host-bad", '{"hostname": 5}')
     admin = {"Authorization": f"Bearer {new_token(settings.sql_url, 'root', admin=True)}"}
 
     def jobs_seen(headers) -> list[list[str]]:

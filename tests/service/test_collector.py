@@ -5,7 +5,9 @@ import time
 import redis
 
 from tests.harness import REDIS_URL, tiny_wavenet_spec
+from trainjobs.contract.checkpoints import checkpoint_id, checkpoint_path
 from trainjobs.contract.events import CheckpointRecord, EpochMetrics, JobEvent, StateChange
+from trainjobs.contract.redis_keys import RedisKeys
 from trainjobs.contract.spec import JobSpec
 from trainjobs.jobs.db import make_engine, make_session_factory, transaction
 from trainjobs.jobs.repositories import checkpoints, epoch_metrics, jobs
@@ -36,11 +38,11 @@ def test_events_delivered_twice_are_stored_once(database_url, namespace):
     sessions = make_session_factory(make_engine(database_url))
     job_id = make_job(sessions)
     client = redis.Redis.from_url(REDIS_URL)
-    stream = f"{namespace}:events"
+    keys = RedisKeys(namespace)
     sent = [metrics(1, 3.0), metrics(2, 2.0), metrics(2, 2.0), metrics(1, 3.0)]
     for payload in sent:
-        client.xadd(stream, JobEvent.of(job_id, 1, payload).to_stream_fields())
-    collector = EventCollector(client, sessions, stream, consumer="test")
+        client.xadd(keys.events, JobEvent.of(job_id, 1, payload).to_stream_fields())
+    collector = EventCollector(client, sessions, keys, consumer="test")
     while collector.poll(block_ms=100):
         pass
 
@@ -49,21 +51,21 @@ def test_events_delivered_twice_are_stored_once(database_url, namespace):
         assert [(row.epoch, row.data["train_loss"]) for row in rows] == [(1, 3.0), (2, 2.0)]
         job = jobs.get(session, job_id)
         assert job.epoch == 2 and job.metrics["train_loss"] == 2.0
-    assert client.xlen(stream) == 0  # acknowledged and removed after the commit
+    assert client.xlen(keys.events) == 0  # acknowledged and removed after the commit
 
 
 def test_a_consumer_that_died_before_acknowledging_has_its_events_applied_on_restart(database_url, namespace):
     sessions = make_session_factory(make_engine(database_url))
     job_id = make_job(sessions)
     client = redis.Redis.from_url(REDIS_URL)
-    stream = f"{namespace}:events"
-    client.xadd(stream, JobEvent.of(job_id, 1, metrics(1, 3.0)).to_stream_fields())
-    collector = EventCollector(client, sessions, stream, consumer="host-a")
+    keys = RedisKeys(namespace)
+    client.xadd(keys.events, JobEvent.of(job_id, 1, metrics(1, 3.0)).to_stream_fields())
+    collector = EventCollector(client, sessions, keys, consumer="host-a")
     collector._ensure_group()
     # Delivered to host-a, which then dies before applying it (no ack).
-    assert client.xreadgroup("collectors", "host-a", {stream: ">"}, count=10)
+    assert client.xreadgroup("collectors", "host-a", {keys.events: ">"}, count=10)
 
-    restarted = EventCollector(client, sessions, stream, consumer="host-a")
+    restarted = EventCollector(client, sessions, keys, consumer="host-a")
     assert restarted.poll(block_ms=100) == 1
     with transaction(sessions) as session:
         assert [row.epoch for row in epoch_metrics.for_job(session, job_id)] == [1]
@@ -73,12 +75,12 @@ def test_entries_another_consumer_left_unacknowledged_are_taken_over_once_stale(
     sessions = make_session_factory(make_engine(database_url))
     job_id = make_job(sessions)
     client = redis.Redis.from_url(REDIS_URL)
-    stream = f"{namespace}:events"
-    survivor = EventCollector(client, sessions, stream, consumer="host-b", stale_after_ms=600)
+    keys = RedisKeys(namespace)
+    survivor = EventCollector(client, sessions, keys, consumer="host-b", stale_after_ms=600)
     assert survivor.poll(block_ms=50) == 0  # its first look: nothing is waiting yet
-    client.xadd(stream, JobEvent.of(job_id, 1, metrics(1, 3.0)).to_stream_fields())
+    client.xadd(keys.events, JobEvent.of(job_id, 1, metrics(1, 3.0)).to_stream_fields())
     # Delivered to host-a, which dies before applying it (no ack): the entry is pending, not new.
-    assert client.xreadgroup("collectors", "host-a", {stream: ">"}, count=10)
+    assert client.xreadgroup("collectors", "host-a", {keys.events: ">"}, count=10)
     assert survivor.poll(block_ms=50) == 0  # not stale yet
 
     deadline = time.monotonic() + 5
@@ -88,7 +90,7 @@ def test_entries_another_consumer_left_unacknowledged_are_taken_over_once_stale(
     assert taken == 1
     with transaction(sessions) as session:
         assert [row.epoch for row in epoch_metrics.for_job(session, job_id)] == [1]
-    assert client.xlen(stream) == 0
+    assert client.xlen(keys.events) == 0
 
 
 def reclaim_calls(client: redis.Redis) -> int:
@@ -101,7 +103,7 @@ def test_an_idle_collector_looks_for_pending_entries_on_its_first_poll_then_only
 ):
     sessions = make_session_factory(make_engine(database_url))
     client = redis.Redis.from_url(REDIS_URL)
-    collector = EventCollector(client, sessions, f"{namespace}:events", consumer="host-a", stale_after_ms=30_000)
+    collector = EventCollector(client, sessions, RedisKeys(namespace), consumer="host-a", stale_after_ms=30_000)
     before = reclaim_calls(client)
     collector.poll(block_ms=10)
     assert reclaim_calls(client) == before + 1  # the first poll: a restart's pending entries
@@ -140,13 +142,13 @@ def test_a_new_best_checkpoint_unmarks_the_previous_one(database_url):
 
     def record(epoch: int, best: bool) -> CheckpointRecord:
         return CheckpointRecord(
-            id=f"{job_id}-e{epoch}",
+            id=checkpoint_id(job_id, epoch),
             epoch=epoch,
             size_bytes=1,
             sha256="0" * 64,
             is_best=best,
             created_at=datetime.now(UTC),
-            path=f"{job_id}/{epoch}.pt",
+            path=checkpoint_path(job_id, checkpoint_id(job_id, epoch)),
         )
 
     for epoch in (1, 2):

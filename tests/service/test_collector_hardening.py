@@ -15,21 +15,23 @@ from sqlalchemy import text
 
 from tests.harness import REDIS_URL
 from tests.service.test_collector import make_job, metrics
+from trainjobs.contract.checkpoints import checkpoint_id, checkpoint_path
 from trainjobs.contract.events import CheckpointRecord, JobEvent
+from trainjobs.contract.redis_keys import RedisKeys
 from trainjobs.jobs.db import make_engine, make_session_factory, transaction
 from trainjobs.jobs.repositories import checkpoints, epoch_metrics, job_events
-from trainjobs.service.collector import EventCollector, dead_letter_stream
+from trainjobs.service.collector import EventCollector
 
 
 def checkpoint(job_id: str, epoch: int) -> CheckpointRecord:
     return CheckpointRecord(
-        id=f"{job_id}-e{epoch:04d}",
+        id=checkpoint_id(job_id, epoch),
         epoch=epoch,
         size_bytes=1,
         sha256="0" * 64,
         is_best=False,
         created_at=datetime.now(UTC),
-        path=f"{job_id}/{job_id}-e{epoch:04d}.pt",
+        path=checkpoint_path(job_id, checkpoint_id(job_id, epoch)),
     )
 
 
@@ -52,16 +54,16 @@ def drain(collector: EventCollector, polls: int = 20) -> None:
 def stream_setup(database_url, namespace):
     sessions = make_session_factory(make_engine(database_url))
     client = redis.Redis.from_url(REDIS_URL)
-    stream = f"{namespace}:events"
-    return sessions, client, stream
+    keys = RedisKeys(namespace)
+    return sessions, client, keys
 
 
 def test_bad_entries_are_set_aside_and_the_events_behind_them_apply(stream_setup):
-    sessions, client, stream = stream_setup
+    sessions, client, keys = stream_setup
     alice_job, bob_job = make_job(sessions), make_job(sessions)
     good = metrics(1, 2.0).model_dump(mode="json")
     # Bob's job has a checkpoint that a forged event must not move, repoint or delete.
-    client.xadd(stream, JobEvent.of(bob_job, 1, checkpoint(bob_job, 1)).to_stream_fields())
+    client.xadd(keys.events, JobEvent.of(bob_job, 1, checkpoint(bob_job, 1)).to_stream_fields())
     bad_entries = [
         raw(
             alice_job,
@@ -82,10 +84,10 @@ def test_bad_entries_are_set_aside_and_the_events_behind_them_apply(stream_setup
         {"junk": "\xff"},
     ]
     for entry in bad_entries:
-        client.xadd(stream, entry)
-    client.xadd(stream, JobEvent.of(alice_job, 1, metrics(1, 3.0)).to_stream_fields())
+        client.xadd(keys.events, entry)
+    client.xadd(keys.events, JobEvent.of(alice_job, 1, metrics(1, 3.0)).to_stream_fields())
 
-    collector = EventCollector(client, sessions, stream, consumer="test")
+    collector = EventCollector(client, sessions, keys, consumer="test")
     drain(collector)
 
     with transaction(sessions) as session:
@@ -96,14 +98,14 @@ def test_bad_entries_are_set_aside_and_the_events_behind_them_apply(stream_setup
         ]
         assert checkpoints.for_job(session, alice_job) == []
     # All but the scoped removal (which applied, and changed nothing) are set aside, with why.
-    dead = client.xrange(dead_letter_stream(stream))
+    dead = client.xrange(keys.dead_letters)
     assert len(dead) == len(bad_entries) - 1
     assert all(b"error" in fields for _id, fields in dead)
-    assert client.xlen(stream) == 0
+    assert client.xlen(keys.events) == 0
 
 
 def test_an_entry_whose_transaction_keeps_failing_is_set_aside_after_the_limit(stream_setup, database_url):
-    sessions, client, stream = stream_setup
+    sessions, client, keys = stream_setup
     poisoned, healthy = make_job(sessions), make_job(sessions)
     # A row SQL itself refuses for one job: a trigger stands for a constraint the event breaks.
     engine = make_engine(database_url)
@@ -126,18 +128,18 @@ def test_an_entry_whose_transaction_keeps_failing_is_set_aside_after_the_limit(s
             connection.execute(
                 text("CREATE TRIGGER poison BEFORE INSERT ON epoch_metrics FOR EACH ROW EXECUTE FUNCTION poison()")
             )
-    client.xadd(stream, JobEvent.of(poisoned, 1, metrics(1, 3.0)).to_stream_fields())
-    client.xadd(stream, JobEvent.of(healthy, 1, metrics(1, 3.0)).to_stream_fields())
+    client.xadd(keys.events, JobEvent.of(poisoned, 1, metrics(1, 3.0)).to_stream_fields())
+    client.xadd(keys.events, JobEvent.of(healthy, 1, metrics(1, 3.0)).to_stream_fields())
 
-    collector = EventCollector(client, sessions, stream, consumer="test", max_failures=3)
+    collector = EventCollector(client, sessions, keys, consumer="test", max_failures=3)
     collector.poll(block_ms=50)
     with transaction(sessions) as session:  # the entry behind the failing one applied at once
         assert [row.epoch for row in epoch_metrics.for_job(session, healthy)] == [1]
-    assert client.xlen(dead_letter_stream(stream)) == 0  # one failure: kept for another try
+    assert client.xlen(keys.dead_letters) == 0  # one failure: kept for another try
     drain(collector)
-    dead = client.xrange(dead_letter_stream(stream))
+    dead = client.xrange(keys.dead_letters)
     assert len(dead) == 1 and b"failed 3 times" in dead[0][1][b"error"]
-    assert client.xlen(stream) == 0
+    assert client.xlen(keys.events) == 0
 
 
 # ---- fuzz: garbage between real events --------------------------------------------------------
@@ -168,19 +170,19 @@ garbage_entry = st.one_of(
 )
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_garbage_between_real_events_never_stops_one_of_them(stream_setup, garbage, where):
-    sessions, client, stream = stream_setup
+    sessions, client, keys = stream_setup
     job_id = make_job(sessions)
     real = [JobEvent.of(job_id, 1, metrics(epoch, 1.0 / epoch)).to_stream_fields() for epoch in (1, 2, 3)]
     entries = [{**entry, "job_id": job_id} if entry.get("job_id") == "JOB" else entry for entry in garbage]
     for event, position in zip(real, sorted(where), strict=True):
         entries.insert(min(position, len(entries)), event)
     for entry in entries:
-        client.xadd(stream, entry)
+        client.xadd(keys.events, entry)
 
-    drain(EventCollector(client, sessions, stream, consumer="fuzz"), polls=50)
+    drain(EventCollector(client, sessions, keys, consumer="fuzz"), polls=50)
 
     with transaction(sessions) as session:
         recorded = [row.epoch for row in epoch_metrics.for_job(session, job_id)]
         metrics_events = [event for event in job_events.after(session, job_id, 0) if event.kind == "metrics"]
     assert recorded == [1, 2, 3] and len(metrics_events) == 3
-    assert client.xlen(stream) == 0
+    assert client.xlen(keys.events) == 0

@@ -6,9 +6,9 @@ import logging
 import redis
 
 from tests.harness import PrivateRedis, tiny_wavenet_spec
+from trainjobs.contract.clock import utcnow
 from trainjobs.jobs.db import make_engine, make_session_factory, transaction
 from trainjobs.jobs.repositories import dispatch_intents
-from trainjobs.jobs.tables import utcnow
 from trainjobs.service import dispatch
 from trainjobs.settings import Settings
 from trainjobs.worker.devices import DevicePool

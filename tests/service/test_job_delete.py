@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import func, select
 
 from tests.harness import tiny_wavenet_spec
+from trainjobs.contract.checkpoints import checkpoint_id, checkpoint_path
 from trainjobs.contract.events import CheckpointRecord, EpochMetrics, LogLines
 from trainjobs.jobs import lifecycle
 from trainjobs.jobs.db import transaction
@@ -51,21 +52,21 @@ def ended_job_with_results(api, headers, sessions, store_root: Path) -> tuple[st
         )
         job_logs.append(session, job_id, 1, LogLines(rank=0, first_line=0, lines=["hello"]), cap=100)
         for epoch in (1, 2):
-            checkpoint_id, content = f"{job_id}-e{epoch:04d}", f"weights {epoch}".encode()
-            path = store_root / job_id / f"{checkpoint_id}.pt"
+            checkpoint, content = checkpoint_id(job_id, epoch), f"weights {epoch}".encode()
+            path = store_root / checkpoint_path(job_id, checkpoint)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(content)
             record = CheckpointRecord(
-                id=checkpoint_id,
+                id=checkpoint,
                 epoch=epoch,
                 size_bytes=len(content),
                 sha256=hashlib.sha256(content).hexdigest(),
                 is_best=epoch == 1,
                 created_at=datetime.now(UTC),
-                path=f"{job_id}/{checkpoint_id}.pt",
+                path=checkpoint_path(job_id, checkpoint),
             )
             lifecycle.record_checkpoint(session, job, record)
-            ids.append(checkpoint_id)
+            ids.append(checkpoint)
     assert api.post(f"/v1/jobs/{job_id}/cancel", headers=headers).json()["state"] == "cancelled"
     return job_id, ids
 

@@ -9,7 +9,3 @@ Jobs are routed by device type, so a cuda job never reaches a CPU-only worker.
 from __future__ import annotations
 
 RUN_JOB_TASK = "trainjobs.run_job"
-
-
-def queue_for(namespace: str, device: str) -> str:
-    return f"{namespace}.{device}"

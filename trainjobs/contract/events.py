@@ -25,10 +25,7 @@ from pydantic import (
     model_validator,
 )
 
-JobState = Literal["queued", "running", "cancelling", "succeeded", "failed", "cancelled"]
-StopReason = Literal["completed", "early_stopping", "cancelled", "error", "timeout"]
-TERMINAL_STATES: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
-
+from trainjobs.contract.states import JobState, StopReason
 
 # Bounds that match the SQL columns the collector writes (ids of 64 characters, 32-bit epochs):
 # an event outside them is refused whole rather than failing its transaction again and again.

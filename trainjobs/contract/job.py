@@ -9,7 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from trainjobs.contract.events import EpochMetrics, JobState, StopReason
+from trainjobs.contract.events import EpochMetrics
+from trainjobs.contract.states import JobState, StopReason
 
 
 class Effective(BaseModel):

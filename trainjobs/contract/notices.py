@@ -9,10 +9,6 @@ lost (Redis restarting, say) is made up for by the lease renewal, which reads th
 from __future__ import annotations
 
 
-def job_state_channel(namespace: str) -> str:
-    return f"{namespace}:job-state"
-
-
 def state_notice(job_id: str, state: str) -> str:
     return f"{job_id} {state}"
 

@@ -45,7 +45,7 @@ class RunRequest(BaseModel):
 
     @property
     def ranks_here(self) -> int:
-        return self.spec.world_size // self.nodes
+        return self.spec.ranks_per_node
 
     def global_rank(self, local_rank: int) -> int:
         return self.node_rank * self.ranks_here + local_rank

@@ -207,12 +207,27 @@ class JobSpec(StrictModel):
         return self.world_size // self.nodes
 
     @property
+    def devices_per_node(self) -> int:
+        return devices_per_node(self.gpus, self.nodes)
+
+    @property
     def global_batch_size(self) -> int:
-        return self.batch_size * self.gpus * self.accumulation_steps
+        return global_batch_size(self.batch_size, self.gpus, self.accumulation_steps)
 
     @property
     def effective_lr(self) -> float:
         return scaled_lr(self.optimizer.lr, self.lr_scaling, self.gpus * self.accumulation_steps)
+
+
+def devices_per_node(gpus: int, nodes: int) -> int:
+    """Devices a job leases on each of its nodes' workers. DataParallel runs one rank but drives
+    every GPU it asks for, so this counts `gpus`, not ranks."""
+    return gpus // nodes
+
+
+def global_batch_size(batch_size: int, gpus: int, accumulation_steps: int) -> int:
+    """Samples per optimizer step over the whole job."""
+    return batch_size * gpus * accumulation_steps
 
 
 def scaled_lr(base_lr: float, rule: str, k: int) -> float:

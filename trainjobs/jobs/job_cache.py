@@ -32,7 +32,8 @@ from redis.commands.core import Script
 from sqlalchemy import event, inspect
 from sqlalchemy.orm import Session, sessionmaker
 
-from trainjobs.contract.notices import job_state_channel, state_notice
+from trainjobs.contract.notices import state_notice
+from trainjobs.contract.redis_keys import RedisKeys
 from trainjobs.jobs import timeline
 from trainjobs.jobs.tables import JobRow
 
@@ -87,10 +88,9 @@ class JobCacheWriter:
     """Marks and publishes the job changes made through the sessions it watches (the API's, its
     background loop's, a worker's), and announces their committed states."""
 
-    def __init__(self, client: redis.Redis, namespace: str):
+    def __init__(self, client: redis.Redis, keys: RedisKeys):
         self.client = client
-        self.prefix = key_prefix(namespace)
-        self.state_channel = job_state_channel(namespace)
+        self.keys = keys
         self._publish = client.register_script(_PUBLISH)
         self._mark = client.register_script(_MARK)
 
@@ -135,7 +135,7 @@ class JobCacheWriter:
     def announce(self, job_id: str, state: str) -> None:
         """Tell the workers the job's committed state (the one running it reads SQL if it matters)."""
         try:
-            self.client.publish(self.state_channel, state_notice(job_id, state))
+            self.client.publish(self.keys.job_state_channel, state_notice(job_id, state))
         except redis.RedisError as error:
             log.warning(
                 "could not announce job %s's new state (its worker reads it at its next renewal): %s", job_id, error
@@ -143,7 +143,7 @@ class JobCacheWriter:
 
     def _call(self, what: str, script: Script, job_id: str, *args: str | int | bytes) -> None:
         try:
-            script(keys=[self.prefix + job_id], args=list(args))
+            script(keys=[self.keys.job(job_id)], args=list(args))
         except redis.RedisError as error:
             log.warning(
                 "could not %s job %s in Redis (a poll may miss this change for up to %d s): %s",
@@ -158,14 +158,14 @@ class JobCache:
     """The API's side, on its event loop: what Redis holds of a job, and filling it in from SQL
     when it holds nothing."""
 
-    def __init__(self, client: redis.asyncio.Redis, namespace: str):
+    def __init__(self, client: redis.asyncio.Redis, keys: RedisKeys):
         self.client = client
-        self.prefix = key_prefix(namespace)
+        self.keys = keys
 
     async def lookup(self, job_id: str) -> CachedJob | None:
         """The committed version and document, or None (not held, being written, or Redis away)."""
         try:
-            value = await self.client.get(self.prefix + job_id)
+            value = await self.client.get(self.keys.job(job_id))
         except redis.RedisError:
             return None
         if isinstance(value, str):  # a client made with decode_responses
@@ -178,10 +178,6 @@ class JobCache:
     async def remember(self, job_id: str, cached: CachedJob) -> None:
         """Fill in what SQL said, unless a writer has marked or published meanwhile."""
         try:
-            await self.client.set(self.prefix + job_id, cached.stored(), nx=True, ex=TTL_SECONDS)
+            await self.client.set(self.keys.job(job_id), cached.stored(), nx=True, ex=TTL_SECONDS)
         except redis.RedisError:
             pass
-
-
-def key_prefix(namespace: str) -> str:
-    return f"{namespace}:job:"

@@ -18,21 +18,21 @@ The table in docs/design.md ("A job's life") lists the transitions; a test check
 
 from __future__ import annotations
 
-import posixpath
 import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
 from sqlalchemy.orm import Session
 
-from trainjobs.contract.events import TERMINAL_STATES, CheckpointRecord, EpochMetrics, Progress, StateChange
+from trainjobs.contract.checkpoints import checkpoint_path, is_checkpoint_of
+from trainjobs.contract.clock import utcnow
+from trainjobs.contract.events import CheckpointRecord, EpochMetrics, Progress, StateChange
 from trainjobs.contract.spec import JobSpec
+from trainjobs.contract.states import ACTIVE_STATES, TERMINAL_STATES
 from trainjobs.jobs import job_cache, timeline
 from trainjobs.jobs.errors import Conflict
 from trainjobs.jobs.repositories import checkpoints, dispatch_intents, epoch_metrics, job_labels, job_nodes, jobs
-from trainjobs.jobs.tables import JobRow, utcnow
-
-ACTIVE_STATES = frozenset({"running", "cancelling"})
+from trainjobs.jobs.tables import JobRow
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ TRANSITIONS = {
         Transition("renew", ACTIVE_STATES, ACTIVE_STATES, "worker"),
         Transition(
             "cancel",
-            frozenset({"queued", "running", "cancelling"}),
+            frozenset({"queued"}) | ACTIVE_STATES,
             frozenset({"cancelled", "cancelling"}),
             "API (POST /v1/jobs/{id}/cancel)",
         ),
@@ -91,6 +91,22 @@ def _set(job: JobRow, **changes: object) -> None:
     for column, value in changes.items():
         setattr(job, column, value)
     job.updated_at = utcnow()
+
+
+def _running_on(workers: list[str], lease_seconds: float) -> dict[str, object]:
+    """What queued -> running sets (claim, and join's last node): the workers of its nodes, node
+    0's first, which holds the job's lease and is the job's `worker`."""
+    now = utcnow()
+    return {
+        "state": "running",
+        "worker": workers[0],
+        "workers": workers,
+        "lease_owner": workers[0],
+        "lease_expires_at": now + timedelta(seconds=lease_seconds),
+        "started_at": now,
+        "waiting_reason": None,
+        "updated_at": now,
+    }
 
 
 def _state_changed(session: Session, job: JobRow) -> None:
@@ -143,7 +159,7 @@ def delete(session: Session, job: JobRow) -> None:
 def claim(session: Session, job_id: str, worker: str, lease_seconds: float) -> JobRow | None:
     """queued -> running for `worker`, with a lease it must renew; None when the job is not
     queued (another worker won the race, or it was cancelled)."""
-    job = jobs.claim(session, job_id, worker, lease_seconds)
+    job = jobs.claim(session, job_id, _running_on([worker], lease_seconds))
     if job is not None:
         _state_changed(session, job)
     return job
@@ -165,17 +181,7 @@ def join(session: Session, job: JobRow, worker: str, address: str, lease_seconds
         job_nodes.add(session, job.id, job.attempt, mine, worker, address, lease_seconds)
         members = job_nodes.of_attempt(session, job.id, job.attempt)
     if len(members) == job.spec["nodes"]:
-        leader = members[0].worker
-        _set(
-            job,
-            state="running",
-            worker=leader,
-            workers=[member.worker for member in members],
-            lease_owner=leader,
-            lease_expires_at=now + timedelta(seconds=lease_seconds),
-            started_at=now,
-            waiting_reason=None,
-        )
+        _set(job, **_running_on([member.worker for member in members], lease_seconds))
         _state_changed(session, job)
     return mine
 
@@ -308,8 +314,7 @@ def record_checkpoint(session: Session, job: JobRow, record: CheckpointRecord) -
     """Rank 0 wrote a checkpoint. Its id and path must be the job's own (`<job>-e...`, a file
     under `<job>/`): whoever can write to the stream must not move a row between jobs or point
     it at another job's file."""
-    own_path = record.path.startswith(f"{job.id}/") and posixpath.normpath(record.path) == record.path
-    if not record.id.startswith(f"{job.id}-e") or not own_path:
+    if not is_checkpoint_of(record.id, job.id) or record.path != checkpoint_path(job.id, record.id):
         raise ForeignRecord(f"checkpoint {record.id!r} at {record.path!r} is not job {job.id}'s own")
     checkpoints.record(session, job.id, record)
     if record.is_best:

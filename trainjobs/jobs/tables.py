@@ -38,10 +38,6 @@ class UtcDateTime(TypeDecorator):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class Base(DeclarativeBase):
     type_annotation_map = {datetime: UtcDateTime, dict[str, Any]: JSON}
 

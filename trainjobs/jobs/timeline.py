@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from trainjobs.contract.job import Effective, JobDocument
-from trainjobs.contract.spec import scaled_lr
+from trainjobs.contract.spec import global_batch_size, scaled_lr
 from trainjobs.jobs.repositories import job_events
 from trainjobs.jobs.tables import JobRow
 
@@ -29,7 +29,7 @@ def document(job: JobRow) -> JobDocument:
         spec=spec,
         effective=Effective(
             world_size=job.world_size,
-            global_batch_size=spec["batch_size"] * gpus * accumulation,
+            global_batch_size=global_batch_size(spec["batch_size"], gpus, accumulation),
             lr=scaled_lr(spec["optimizer"]["lr"], spec["lr_scaling"], gpus * accumulation),
         ),
         epoch=job.epoch,

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from trainjobs.contract.spec import devices_per_node
 from trainjobs.jobs import lifecycle
 from trainjobs.jobs.repositories import checkpoints, job_nodes, jobs
 from trainjobs.jobs.scheduling import QueuedJob
@@ -60,7 +61,7 @@ class LeaseCheck:
 
 def _queued(job: JobRow) -> QueuedJob:
     nodes = job.spec.get("nodes", 1)
-    return QueuedJob(id=job.id, device=job.device, needed=job.spec["gpus"] // nodes, nodes=nodes)
+    return QueuedJob(id=job.id, device=job.device, needed=devices_per_node(job.spec["gpus"], nodes), nodes=nodes)
 
 
 def view_message(session: Session, job_id: str) -> MessageView:

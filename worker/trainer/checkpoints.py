@@ -18,15 +18,12 @@ from typing import Any, Protocol
 import torch
 from pydantic import BaseModel
 
+from trainjobs.contract.checkpoints import checkpoint_id, checkpoint_path, is_checkpoint_of
+from trainjobs.contract.clock import utcnow
 from trainjobs.contract.events import CheckpointRecord, CheckpointRemoved
 from trainjobs.store import CheckpointStore
-from trainjobs.worker.trainer.clock import utcnow
 
 FORMAT_VERSION = 1
-
-
-def checkpoint_id(job_id: str, epoch: int) -> str:
-    return f"{job_id}-e{epoch:04d}"
 
 
 @dataclass(frozen=True)
@@ -111,10 +108,11 @@ class Checkpointer:
         """Write this epoch's checkpoint (`state`: the trainer's, this object's included), report
         it, and rotate old ones out."""
         assert self.report is not None, "only rank 0 saves checkpoints"
-        relative = f"{self.job_id}/{checkpoint_id(self.job_id, epoch)}.pt"
+        checkpoint = checkpoint_id(self.job_id, epoch)
+        relative = checkpoint_path(self.job_id, checkpoint)
         stored = self.storage.write(relative, {"format_version": FORMAT_VERSION, **state})
         record = CheckpointRecord(
-            id=checkpoint_id(self.job_id, epoch),
+            id=checkpoint,
             epoch=epoch,
             size_bytes=stored.size_bytes,
             sha256=stored.sha256,
@@ -145,11 +143,10 @@ class Checkpointer:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         # Rotation only ever touches this job's own files: a resume into a new job (resume_from
         # another job's checkpoint) starts with none kept and leaves the source job's files alone.
-        own = f"{self.job_id}-"
         self.kept = [
             CheckpointRecord.model_validate(record)
             for record in state["kept_checkpoints"]
-            if record["id"].startswith(own)
+            if is_checkpoint_of(record["id"], self.job_id)
         ]
         best = state["best_checkpoint_id"]
-        self.best_id = best if best and best.startswith(own) else None
+        self.best_id = best if best and is_checkpoint_of(best, self.job_id) else None

@@ -4,7 +4,6 @@
 "use strict";
 
 const TOKEN_KEY = "trainjobs-token";
-const TERMINAL = new Set(["succeeded", "failed", "cancelled"]);
 const view = document.getElementById("view");
 let stopView = () => {};
 
@@ -99,8 +98,8 @@ function parseLabels(text) {
 function showJobs(params) {
   const filters = { state: params.get("state") || "", labels: params.getAll("label"), name: params.get("name") || "" };
   const stateFilter = h("select", { id: "state-filter" },
-    [["", "all states"], ["queued"], ["running"], ["cancelling"], ["succeeded"], ["failed"], ["cancelled"],
-      ["succeeded,failed,cancelled", "finished"]].map(([value, label]) => h("option", { value }, label || value)));
+    [["", "all states"], ...JOB_STATES.map((state) => [state]),
+      [[...TERMINAL_STATES].join(","), "finished"]].map(([value, label]) => h("option", { value }, label || value)));
   stateFilter.value = filters.state;
   const labelFilter = h("input", { id: "label-filter", placeholder: "team=speech sweep", size: 22, value: filters.labels.join(" "),
     title: "k=v or k alone, separated by spaces: jobs carrying all of them" });
@@ -204,7 +203,7 @@ function showJob(jobId) {
     h("h2", {}, "Log tail"), logs, h("h2", {}, "Spec"), spec, error);
 
   function renderHeader() {
-    const canCancel = job && !TERMINAL.has(job.state) && job.state !== "cancelling";
+    const canCancel = job && !TERMINAL_STATES.has(job.state) && job.state !== "cancelling";
     header.replaceChildren(
       h("h1", {}, job.name || job.id, " ", stateBadge(job.state)),
       h("dl", {},
@@ -219,7 +218,7 @@ function showJob(jobId) {
       job.error ? h("p", { class: "error", id: "job-error" }, job.error) : "",
       h("div", { class: "toolbar", id: "job-actions" },
         canCancel ? h("button", { class: "danger", id: "cancel", onclick: cancel }, "Cancel job") : "",
-        TERMINAL.has(job.state) ? h("button", { class: "danger", id: "delete", onclick: confirmDelete }, "Delete job…") : ""));
+        TERMINAL_STATES.has(job.state) ? h("button", { class: "danger", id: "delete", onclick: confirmDelete }, "Delete job…") : ""));
     spec.textContent = JSON.stringify(job.spec, null, 2);
   }
 
@@ -321,7 +320,7 @@ function showJob(jobId) {
             if (fields.data) { lastId = Number(fields.id); apply(fields.event, JSON.parse(fields.data)); }
           }
         }
-        if (job && TERMINAL.has(job.state)) break;
+        if (job && TERMINAL_STATES.has(job.state)) break;
       }
       await refreshLogs();
     } catch (problem) {
@@ -329,7 +328,7 @@ function showJob(jobId) {
     }
   }
   follow();
-  const logTimer = setInterval(() => { if (job && !TERMINAL.has(job.state)) refreshLogs(); }, 3000);
+  const logTimer = setInterval(() => { if (job && !TERMINAL_STATES.has(job.state)) refreshLogs(); }, 3000);
   return () => { aborter.abort(); clearInterval(logTimer); };
 }
 

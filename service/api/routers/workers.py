@@ -19,7 +19,7 @@ router = APIRouter(prefix="/v1/workers", tags=["workers"], responses=errors(401)
 def list_workers(request: Request, state: State) -> WorkerList:
     with unit_of_work(request) as work:
         workers = fleet.visible_workers(
-            work.session, work.caller, read_workers(state.redis, state.settings.workers_key)
+            work.session, work.caller, read_workers(state.redis, state.settings.keys.workers)
         )
     now = time.time()
     return WorkerList(

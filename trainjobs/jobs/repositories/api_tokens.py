@@ -6,7 +6,8 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from trainjobs.jobs.tables import ApiTokenRow, utcnow
+from trainjobs.contract.clock import utcnow
+from trainjobs.jobs.tables import ApiTokenRow
 
 
 def add(session: Session, token: ApiTokenRow) -> None:

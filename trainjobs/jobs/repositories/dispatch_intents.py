@@ -7,7 +7,8 @@ from datetime import datetime
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from trainjobs.jobs.tables import DispatchIntentRow, utcnow
+from trainjobs.contract.clock import utcnow
+from trainjobs.jobs.tables import DispatchIntentRow
 
 
 def add(session: Session, job_id: str, device: str) -> None:

@@ -7,8 +7,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from trainjobs.contract.clock import utcnow
 from trainjobs.jobs.repositories.idempotent_writes import insert_ignore
-from trainjobs.jobs.tables import EpochMetricsRow, utcnow
+from trainjobs.jobs.tables import EpochMetricsRow
 
 
 def record(session: Session, job_id: str, epoch: int, attempt: int, data: dict[str, Any]) -> bool:

@@ -7,7 +7,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from trainjobs.jobs.tables import JobEventRow, JobRow, utcnow
+from trainjobs.contract.clock import utcnow
+from trainjobs.jobs.tables import JobEventRow, JobRow
 
 
 def append(session: Session, job: JobRow, kind: str, data: dict[str, Any]) -> int:

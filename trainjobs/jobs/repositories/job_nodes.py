@@ -7,7 +7,9 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from trainjobs.jobs.tables import JobNodeRow, JobRow, utcnow
+from trainjobs.contract.clock import utcnow
+from trainjobs.contract.states import ACTIVE_STATES
+from trainjobs.jobs.tables import JobNodeRow, JobRow
 
 
 def of_attempt(session: Session, job_id: str, attempt: int) -> list[JobNodeRow]:
@@ -63,6 +65,6 @@ def expired_of_running(session: Session, now: datetime) -> list[tuple[str, int, 
     rows = session.execute(
         select(JobNodeRow.job_id, JobNodeRow.attempt, JobNodeRow.worker)
         .join(JobRow, (JobRow.id == JobNodeRow.job_id) & (JobRow.attempt == JobNodeRow.attempt))
-        .where(JobRow.state.in_(("running", "cancelling")), JobNodeRow.lease_expires_at < now)
+        .where(JobRow.state.in_(ACTIVE_STATES), JobNodeRow.lease_expires_at < now)
     )
     return [(job_id, attempt, worker) for job_id, attempt, worker in rows]

@@ -10,7 +10,9 @@ from typing import Any
 from sqlalchemy import CursorResult, and_, delete, exists, func, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
-from trainjobs.jobs.tables import JobLabelRow, JobRow, utcnow
+from trainjobs.contract.clock import utcnow
+from trainjobs.contract.states import ACTIVE_STATES, TERMINAL_STATES
+from trainjobs.jobs.tables import JobLabelRow, JobRow
 
 
 def add(session: Session, job: JobRow) -> None:
@@ -115,7 +117,7 @@ def ended_before(session: Session, cutoff: datetime, limit: int) -> list[JobRow]
         session.scalars(
             select(JobRow)
             .where(
-                JobRow.state.in_(("succeeded", "failed", "cancelled")),
+                JobRow.state.in_(TERMINAL_STATES),
                 JobRow.created_at < cutoff,
                 JobRow.finished_at < cutoff,
             )
@@ -146,26 +148,16 @@ def queued_starting_from(session: Session, checkpoint_ids: list[str], limit: int
     )
 
 
-def claim(session: Session, job_id: str, worker: str, lease_seconds: float) -> JobRow | None:
-    """Atomically take a queued job for `worker`, with a lease it must renew.
+def claim(session: Session, job_id: str, running: dict[str, Any]) -> JobRow | None:
+    """Atomically take a queued job: set the columns `running` names (lifecycle.claim's).
 
     One conditional UPDATE: of two workers that race for one job, exactly one matches it. A
     message for a job that is running, finished or unknown claims nothing.
     """
-    now = utcnow()
     result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
         update(JobRow)
         .where(JobRow.id == job_id, JobRow.state == "queued")
-        .values(
-            state="running",
-            worker=worker,
-            workers=[worker],
-            lease_owner=worker,
-            lease_expires_at=now + timedelta(seconds=lease_seconds),
-            started_at=now,
-            waiting_reason=None,
-            updated_at=now,
-        )
+        .values(**running)
         .execution_options(synchronize_session=False)
     )
     if result.rowcount != 1:
@@ -181,7 +173,7 @@ def renew_lease(session: Session, job_id: str, worker: str, attempt: int, lease_
             JobRow.id == job_id,
             JobRow.lease_owner == worker,
             JobRow.attempt == attempt,
-            JobRow.state.in_(("running", "cancelling")),
+            JobRow.state.in_(ACTIVE_STATES),
         )
         .values(lease_expires_at=utcnow() + timedelta(seconds=lease_seconds))
         .execution_options(synchronize_session=False)
@@ -193,7 +185,7 @@ def with_expired_lease(session: Session, now: datetime, limit: int = 100) -> lis
     return list(
         session.scalars(
             select(JobRow)
-            .where(JobRow.state.in_(("running", "cancelling")), JobRow.lease_expires_at < now)
+            .where(JobRow.state.in_(ACTIVE_STATES), JobRow.lease_expires_at < now)
             .order_by(JobRow.lease_expires_at)
             .limit(limit)
             .with_for_update(skip_locked=True)
@@ -271,8 +263,6 @@ def running_figures(
 ) -> list[tuple[str, dict[str, Any] | None, dict[str, Any] | None]]:
     """(id, last epoch's metrics, progress) of running jobs (the state index finds them)."""
     rows = session.execute(
-        select(JobRow.id, JobRow.metrics, JobRow.progress)
-        .where(JobRow.state.in_(("running", "cancelling")))
-        .limit(limit)
+        select(JobRow.id, JobRow.metrics, JobRow.progress).where(JobRow.state.in_(ACTIVE_STATES)).limit(limit)
     )
     return [(job_id, metrics, progress) for job_id, metrics, progress in rows]

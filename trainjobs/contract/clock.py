@@ -1,3 +1,5 @@
+"""Time as the contract writes it: UTC, with its offset."""
+
 from datetime import UTC, datetime
 
 
