@@ -15,6 +15,7 @@ from tests.harness import REDIS_URL, clear_namespace, sql_database
 from trainjobs.contract.events import EpochMetrics, JobEvent
 from trainjobs.contract.redis_keys import RedisKeys
 from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+from trainjobs.jobs.job_cache import JobCacheWriter
 from trainjobs.jobs.repositories import epoch_metrics
 from trainjobs.service.collector import EventCollector
 
@@ -40,7 +41,7 @@ def run(databases=("sqlite", "postgresql"), jobs: int = 50, epochs: int = 40) ->
             client = redis.Redis.from_url(REDIS_URL)
             keys = RedisKeys(namespace)
             engine = make_engine(url)
-            sessions = make_session_factory(engine)
+            sessions = make_session_factory(engine, JobCacheWriter(client, keys))
             job_ids = [seed_jobs(url, 1, "bench") for _ in range(jobs)]
             # Throughput: a backlog of jobs x epochs events, drained by one collector.
             pipe = client.pipeline()

@@ -46,8 +46,7 @@ def writer_sessions(settings):
 
     engine = make_engine(settings.sql_url)
     client = redis_client(settings)
-    sessions = make_session_factory(engine)
-    JobCacheWriter(client, settings.keys).watch(sessions)
+    sessions = make_session_factory(engine, JobCacheWriter(client, settings.keys))
     yield sessions
     client.close()
     engine.dispose()

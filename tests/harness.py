@@ -26,8 +26,11 @@ import httpx
 import psycopg
 import redis
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
 
+from trainjobs.contract.redis_keys import RedisKeys
 from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+from trainjobs.jobs.job_cache import JobCacheWriter
 from trainjobs.service.auth import create_token
 from trainjobs.service.migrate import upgrade_to_head
 
@@ -77,10 +80,17 @@ def sql_database(kind: str, tmp_path: Path):
 def new_token(database_url: str, owner: str, admin: bool = False) -> str:
     engine = make_engine(database_url)
     try:
-        with transaction(make_session_factory(engine)) as session:
+        with transaction(make_session_factory(engine, job_cache=None)) as session:
             return create_token(session, owner, admin)
     finally:
         engine.dispose()
+
+
+def job_sessions(database_url: str, namespace: str, redis_url: str = REDIS_URL) -> sessionmaker[Session]:
+    """Sessions as a worker's, the collector's or the reaper's are made: the job changes they
+    commit reach the job cache and the workers' notices in `namespace`."""
+    client = redis.Redis.from_url(redis_url, socket_timeout=10, socket_connect_timeout=5)
+    return make_session_factory(make_engine(database_url), JobCacheWriter(client, RedisKeys(namespace)))
 
 
 def clear_namespace(redis_url: str, namespace: str) -> None:

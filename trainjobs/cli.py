@@ -323,7 +323,7 @@ def _token_create(args) -> None:
     from trainjobs.jobs.db import make_engine, make_session_factory, transaction
     from trainjobs.service.auth import create_token
 
-    with transaction(make_session_factory(make_engine(_settings().sql_url))) as session:
+    with transaction(make_session_factory(make_engine(_settings().sql_url), job_cache=None)) as session:
         token = create_token(session, args.owner, args.admin)
     print(f"token for {args.owner}{' (admin)' if args.admin else ''}:")
     print(token)
@@ -333,7 +333,7 @@ def _token_list(_args) -> None:
     from trainjobs.jobs.db import make_engine, make_session_factory, transaction
     from trainjobs.jobs.repositories import api_tokens
 
-    with transaction(make_session_factory(make_engine(_settings().sql_url))) as session:
+    with transaction(make_session_factory(make_engine(_settings().sql_url), job_cache=None)) as session:
         rows = api_tokens.list_all(session)
         print(f"{'ID':<18} {'OWNER':<20} {'ADMIN':<6} {'CREATED':<26} REVOKED")
         for row in rows:
@@ -348,7 +348,7 @@ def _token_revoke(args) -> None:
     from trainjobs.jobs.db import make_engine, make_session_factory, transaction
     from trainjobs.jobs.repositories import api_tokens
 
-    with transaction(make_session_factory(make_engine(_settings().sql_url))) as session:
+    with transaction(make_session_factory(make_engine(_settings().sql_url), job_cache=None)) as session:
         if not api_tokens.revoke(session, args.token_id):
             raise ValueError(f"no active token with id {args.token_id}")
     print(f"revoked {args.token_id}")
@@ -361,7 +361,7 @@ def _up(args) -> None:
 
     _migrate(args)
     settings = _settings()
-    with transaction(make_session_factory(make_engine(settings.sql_url))) as session:
+    with transaction(make_session_factory(make_engine(settings.sql_url), job_cache=None)) as session:
         # `up` owns the owner name "admin": the token an earlier start printed stops working.
         api_tokens.revoke_all_of(session, UP_OWNER)
         token = create_token(session, UP_OWNER, is_admin=True)

@@ -43,8 +43,7 @@ def create_worker_app(settings: Settings, pool: DevicePool, hostname: str, clien
         app.send_task(RUN_JOB_TASK, args=[job_id], queue=queue)
 
     # The worker changes jobs too (claim, join, requeue): its changes reach pollers' ETags.
-    sessions = make_session_factory(make_engine(settings.sql_url))
-    JobCacheWriter(client, settings.keys).watch(sessions)
+    sessions = make_session_factory(make_engine(settings.sql_url), JobCacheWriter(client, settings.keys))
     runner = JobRunner(
         settings,
         sessions,

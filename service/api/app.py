@@ -42,13 +42,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
     engine = make_engine(settings.sql_url)
     read_engine = make_engine(settings.sql_url, read_only=True) if settings.sql_url.startswith("sqlite") else engine
-    sessions = make_session_factory(engine)
     client = redis_client(settings)
-    JobCacheWriter(client, settings.keys).watch(sessions)
+    sessions = make_session_factory(engine, JobCacheWriter(client, settings.keys))
     state = AppState(
         settings=settings,
         sessions=sessions,
-        read_sessions=make_session_factory(read_engine),
+        read_sessions=make_session_factory(read_engine, job_cache=None),  # GETs change no job
         dispatcher=Dispatcher(settings, sessions),
         redis=client,
         job_cache=JobCache(async_redis_client(settings), settings.keys),

@@ -21,10 +21,18 @@ from trainjobs.service.auth import hash_token
 
 
 @pytest.fixture
-def unwatched_sessions(settings):
+def token_sessions(settings):
+    """Sessions that change no job (tokens only)."""
     engine = make_engine(settings.sql_url)
-    yield make_session_factory(engine)
+    yield make_session_factory(engine, job_cache=None)
     engine.dispose()
+
+
+class KilledAfterCommit(JobCacheWriter):
+    """A writer whose process dies after its commit, before it publishes."""
+
+    def publish(self, job_id: str, cached: CachedJob) -> None:
+        pass
 
 
 @pytest.fixture
@@ -91,18 +99,16 @@ def test_while_a_change_is_being_committed_polls_go_to_sql(api, alice, settings,
     assert cached_value(settings, job_id).split(b"\n")[0].isdigit()  # published after it
 
 
-def test_a_writer_that_died_between_its_commit_and_its_publish_leaves_polls_on_sql(
-    api, alice, settings, writer_sessions, unwatched_sessions
-):
+def test_a_writer_that_died_between_its_commit_and_its_publish_leaves_polls_on_sql(api, alice, settings):
     """The writer's mark lands, its commit lands, its publish never comes (it was killed): the
     poll must not answer from the version Redis held before."""
     job_id = api.post("/v1/jobs", json=tiny_wavenet_spec(), headers=alice).json()["id"]
     etag = api.get(f"/v1/jobs/{job_id}", headers=alice).headers["ETag"]
-    writer = JobCacheWriter(redis_client(settings), settings.keys)
-    with transaction(unwatched_sessions) as session:
-        job = lifecycle.claim(session, job_id, "w1", lease_seconds=30)
-        session.flush()
-        writer.mark(job_id, job.event_seq)  # what its flush did
+    engine = make_engine(settings.sql_url)
+    sessions = make_session_factory(engine, KilledAfterCommit(redis_client(settings), settings.keys))
+    with transaction(sessions) as session:
+        lifecycle.claim(session, job_id, "w1", lease_seconds=30)
+    engine.dispose()
     answer = api.get(f"/v1/jobs/{job_id}", headers={**alice, "If-None-Match": etag})
     assert answer.status_code == 200 and answer.json()["state"] == "running"
 
@@ -142,7 +148,7 @@ def test_another_owner_with_the_right_etag_gets_404_not_304(api, alice, bob):
     assert api.get(f"/v1/jobs/{job_id}", headers=bob).status_code == 404
 
 
-def test_a_revoked_token_stops_working_within_the_cache_time(settings, unwatched_sessions):
+def test_a_revoked_token_stops_working_within_the_cache_time(settings, token_sessions):
     from fastapi.testclient import TestClient
 
     from trainjobs.service.api.app import create_app
@@ -152,14 +158,14 @@ def test_a_revoked_token_stops_working_within_the_cache_time(settings, unwatched
     with TestClient(create_app(settings)) as api:
         headers = {"Authorization": f"Bearer {token}"}
         assert api.get("/v1/jobs", headers=headers).status_code == 200
-        with transaction(unwatched_sessions) as session:
+        with transaction(token_sessions) as session:
             assert api_tokens.revoke_all_of(session, "carol") == 1
         wait_until(lambda: api.get("/v1/jobs", headers=headers).status_code == 401, 5, what="the revoked token refused")
 
         # A refusal is not remembered: a token refused once works as soon as it exists.
         later = {"Authorization": "Bearer tj_made-later"}
         assert api.get("/v1/jobs", headers=later).status_code == 401
-        with transaction(unwatched_sessions) as session:
+        with transaction(token_sessions) as session:
             row = ApiTokenRow(
                 id="t-later",
                 owner="carol",
@@ -213,3 +219,12 @@ def test_each_committed_change_of_a_job_is_announced_with_its_state_and_a_rollba
 
     assert api.post(f"/v1/jobs/{job_id}/cancel", headers=alice).json()["state"] == "cancelling"
     assert state_notices() == [f"{job_id} cancelling"]
+
+
+def test_a_transition_in_sessions_made_without_a_job_cache_refuses_to_run(api, alice, token_sessions):
+    """No session factory can forget the job cache: a job change that nobody would publish fails
+    instead of leaving polls on an old version."""
+    job_id = api.post("/v1/jobs", json=tiny_wavenet_spec(), headers=alice).json()["id"]
+    with pytest.raises(RuntimeError, match="cannot publish job changes"), transaction(token_sessions) as session:
+        lifecycle.cancel(session, jobs.get(session, job_id, for_update=True))
+    assert api.get(f"/v1/jobs/{job_id}", headers=alice).json()["state"] == "queued"

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import tiny_wavenet_spec
+from tests.harness import job_sessions, tiny_wavenet_spec
 from trainjobs.contract.events import StateChange
 from trainjobs.contract.spec import JobSpec
 from trainjobs.jobs import lifecycle
-from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+from trainjobs.jobs.db import transaction
 from trainjobs.jobs.repositories import dispatch_intents, job_events, jobs
 from trainjobs.jobs.tables import JobRow
 
@@ -22,8 +22,8 @@ ALL_STATES = ("queued", "running", "cancelling", "succeeded", "failed", "cancell
 
 
 @pytest.fixture
-def sessions(database_url):
-    return make_session_factory(make_engine(database_url))
+def sessions(database_url, namespace):
+    return job_sessions(database_url, namespace)
 
 
 def new_job(sessions, state: str = "queued", attempt: int = 1) -> str:

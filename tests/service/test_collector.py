@@ -4,12 +4,12 @@ import time
 
 import redis
 
-from tests.harness import REDIS_URL, tiny_wavenet_spec
+from tests.harness import REDIS_URL, job_sessions, tiny_wavenet_spec
 from trainjobs.contract.checkpoints import checkpoint_id, checkpoint_path
 from trainjobs.contract.events import CheckpointRecord, EpochMetrics, JobEvent, StateChange
 from trainjobs.contract.redis_keys import RedisKeys
 from trainjobs.contract.spec import JobSpec
-from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+from trainjobs.jobs.db import transaction
 from trainjobs.jobs.repositories import checkpoints, epoch_metrics, jobs
 from trainjobs.service.auth import Principal
 from trainjobs.service.collector import EventCollector
@@ -35,7 +35,7 @@ def metrics(epoch: int, loss: float) -> EpochMetrics:
 
 
 def test_events_delivered_twice_are_stored_once(database_url, namespace):
-    sessions = make_session_factory(make_engine(database_url))
+    sessions = job_sessions(database_url, namespace)
     job_id = make_job(sessions)
     client = redis.Redis.from_url(REDIS_URL)
     keys = RedisKeys(namespace)
@@ -55,7 +55,7 @@ def test_events_delivered_twice_are_stored_once(database_url, namespace):
 
 
 def test_a_consumer_that_died_before_acknowledging_has_its_events_applied_on_restart(database_url, namespace):
-    sessions = make_session_factory(make_engine(database_url))
+    sessions = job_sessions(database_url, namespace)
     job_id = make_job(sessions)
     client = redis.Redis.from_url(REDIS_URL)
     keys = RedisKeys(namespace)
@@ -72,7 +72,7 @@ def test_a_consumer_that_died_before_acknowledging_has_its_events_applied_on_res
 
 
 def test_entries_another_consumer_left_unacknowledged_are_taken_over_once_stale(database_url, namespace):
-    sessions = make_session_factory(make_engine(database_url))
+    sessions = job_sessions(database_url, namespace)
     job_id = make_job(sessions)
     client = redis.Redis.from_url(REDIS_URL)
     keys = RedisKeys(namespace)
@@ -101,7 +101,7 @@ def reclaim_calls(client: redis.Redis) -> int:
 def test_an_idle_collector_looks_for_pending_entries_on_its_first_poll_then_only_every_few_seconds(
     database_url, namespace
 ):
-    sessions = make_session_factory(make_engine(database_url))
+    sessions = job_sessions(database_url, namespace)
     client = redis.Redis.from_url(REDIS_URL)
     collector = EventCollector(client, sessions, RedisKeys(namespace), consumer="host-a", stale_after_ms=30_000)
     before = reclaim_calls(client)
@@ -115,7 +115,7 @@ def test_an_idle_collector_looks_for_pending_entries_on_its_first_poll_then_only
 def test_state_from_an_older_attempt_is_ignored_and_terminal_states_stick(database_url, namespace):
     from trainjobs.service.collector import apply_event
 
-    sessions = make_session_factory(make_engine(database_url))
+    sessions = job_sessions(database_url, namespace)
     job_id = make_job(sessions)
     with transaction(sessions) as session:
         job = jobs.get(session, job_id)
@@ -132,12 +132,12 @@ def test_state_from_an_older_attempt_is_ignored_and_terminal_states_stick(databa
         assert (job.state, job.stop_reason) == ("succeeded", "completed") and job.finished_at is not None
 
 
-def test_a_new_best_checkpoint_unmarks_the_previous_one(database_url):
+def test_a_new_best_checkpoint_unmarks_the_previous_one(database_url, namespace):
     from datetime import UTC, datetime
 
     from trainjobs.service.collector import apply_event
 
-    sessions = make_session_factory(make_engine(database_url))
+    sessions = job_sessions(database_url, namespace)
     job_id = make_job(sessions)
 
     def record(epoch: int, best: bool) -> CheckpointRecord:

@@ -13,12 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from tests.harness import REDIS_URL
+from tests.harness import REDIS_URL, job_sessions
 from tests.service.test_collector import make_job, metrics
 from trainjobs.contract.checkpoints import checkpoint_id, checkpoint_path
 from trainjobs.contract.events import CheckpointRecord, JobEvent
 from trainjobs.contract.redis_keys import RedisKeys
-from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+from trainjobs.jobs.db import make_engine, transaction
 from trainjobs.jobs.repositories import checkpoints, epoch_metrics, job_events
 from trainjobs.service.collector import EventCollector
 
@@ -52,7 +52,7 @@ def drain(collector: EventCollector, polls: int = 20) -> None:
 
 @pytest.fixture
 def stream_setup(database_url, namespace):
-    sessions = make_session_factory(make_engine(database_url))
+    sessions = job_sessions(database_url, namespace)
     client = redis.Redis.from_url(REDIS_URL)
     keys = RedisKeys(namespace)
     return sessions, client, keys

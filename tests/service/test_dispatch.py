@@ -5,9 +5,9 @@ import logging
 
 import redis
 
-from tests.harness import PrivateRedis, tiny_wavenet_spec
+from tests.harness import PrivateRedis, job_sessions, tiny_wavenet_spec
 from trainjobs.contract.clock import utcnow
-from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+from trainjobs.jobs.db import transaction
 from trainjobs.jobs.repositories import dispatch_intents
 from trainjobs.service import dispatch
 from trainjobs.settings import Settings
@@ -37,7 +37,7 @@ def test_a_job_submitted_while_redis_is_down_is_dispatched_once_it_is_back(tmp_p
         job_id = response.json()["id"]
         assert api.get(f"/v1/jobs/{job_id}", headers=headers).json()["state"] == "queued"
 
-    sessions = make_session_factory(make_engine(database_url))
+    sessions = job_sessions(database_url, namespace)
     with transaction(sessions) as session:
         assert [intent.job_id for intent in dispatch_intents.due(session, utcnow())] == [job_id]
 
@@ -54,12 +54,12 @@ def test_a_job_submitted_while_redis_is_down_is_dispatched_once_it_is_back(tmp_p
         broker.stop()
 
 
-def test_a_message_for_a_job_without_a_row_is_dropped_with_a_log_line(tmp_path, sqlite_url, caplog):
+def test_a_message_for_a_job_without_a_row_is_dropped_with_a_log_line(tmp_path, sqlite_url, caplog, namespace):
     settings = Settings(home=tmp_path, database_url=sqlite_url)
     sent_again = []
     runner = JobRunner(
         settings,
-        make_session_factory(make_engine(sqlite_url)),
+        job_sessions(sqlite_url, namespace),
         DevicePool("cpu", [0, 1]),
         "w1",
         sent_again.append,

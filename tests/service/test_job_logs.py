@@ -1,13 +1,14 @@
 """Shipped log lines on real SQL (SQLite and PostgreSQL): kept once, capped per job."""
 
+from tests.harness import job_sessions
 from tests.service.test_collector import make_job
 from trainjobs.contract.events import LogLines
-from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+from trainjobs.jobs.db import transaction
 from trainjobs.jobs.repositories import job_logs
 
 
-def test_lines_are_kept_once_per_position_and_served_rank_by_rank(database_url):
-    sessions = make_session_factory(make_engine(database_url))
+def test_lines_are_kept_once_per_position_and_served_rank_by_rank(database_url, namespace):
+    sessions = job_sessions(database_url, namespace)
     job_id = make_job(sessions)
     with transaction(sessions) as session:
         job_logs.append(session, job_id, 1, LogLines(rank=1, first_line=0, lines=["b0", "b1"]), cap=100)
@@ -20,8 +21,8 @@ def test_lines_are_kept_once_per_position_and_served_rank_by_rank(database_url):
         assert job_logs.attempt_text(session, job_id, 2, tail=None) == ["[rank 0] second attempt"]
 
 
-def test_past_the_cap_one_notice_is_kept_and_the_rest_dropped(database_url):
-    sessions = make_session_factory(make_engine(database_url))
+def test_past_the_cap_one_notice_is_kept_and_the_rest_dropped(database_url, namespace):
+    sessions = job_sessions(database_url, namespace)
     job_id = make_job(sessions)
     with transaction(sessions) as session:
         for start in range(0, 150, 50):

@@ -5,10 +5,10 @@ import time
 
 from sqlalchemy import func, select
 
-from tests.harness import tiny_wavenet_spec
+from tests.harness import job_sessions, tiny_wavenet_spec
 from trainjobs.contract.spec import JobSpec
 from trainjobs.contract.workers import WorkerStatus
-from trainjobs.jobs.db import make_engine, make_session_factory, transaction
+from trainjobs.jobs.db import transaction
 from trainjobs.jobs.tables import DispatchIntentRow, JobEventRow, JobRow
 from trainjobs.service.auth import Principal
 from trainjobs.service.jobs import submit
@@ -44,8 +44,8 @@ def count(sessions, table) -> int:
         return session.scalar(select(func.count()).select_from(table))
 
 
-def test_every_queued_job_gets_its_reason_however_long_the_queue(database_url):
-    sessions = make_session_factory(make_engine(database_url))
+def test_every_queued_job_gets_its_reason_however_long_the_queue(database_url, namespace):
+    sessions = job_sessions(database_url, namespace)
     submit_jobs(sessions, gpus=3, count=120)
     submit_jobs(sessions, gpus=1, count=5)
 
@@ -54,8 +54,8 @@ def test_every_queued_job_gets_its_reason_however_long_the_queue(database_url):
     assert reasons(sessions) == {"needs 3 cpu devices; the largest live cpu worker has 2": 120, None: 5}
 
 
-def test_a_pass_over_an_unchanged_fleet_changes_nothing(database_url):
-    sessions = make_session_factory(make_engine(database_url))
+def test_a_pass_over_an_unchanged_fleet_changes_nothing(database_url, namespace):
+    sessions = job_sessions(database_url, namespace)
     submit_jobs(sessions, gpus=3, count=10)
     explain_waiting_jobs(sessions, [worker(2)])
     events = count(sessions, JobEventRow)
@@ -64,8 +64,8 @@ def test_a_pass_over_an_unchanged_fleet_changes_nothing(database_url):
     assert count(sessions, JobEventRow) == events
 
 
-def test_a_job_that_can_run_again_loses_its_reason_and_is_dispatched_again(database_url):
-    sessions = make_session_factory(make_engine(database_url))
+def test_a_job_that_can_run_again_loses_its_reason_and_is_dispatched_again(database_url, namespace):
+    sessions = job_sessions(database_url, namespace)
     submit_jobs(sessions, gpus=3, count=4)
     with transaction(sessions) as session:
         session.query(DispatchIntentRow).delete()  # as if every message had gone out

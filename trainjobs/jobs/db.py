@@ -14,9 +14,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
+
+if TYPE_CHECKING:
+    from trainjobs.jobs.job_cache import JobCacheWriter
 
 # More connections than the API's request threads (TRAINJOBS_API_THREADS, 8 by default) plus its
 # background loop: a request must never wait for a connection, only for SQL.
@@ -56,8 +60,14 @@ def _sqlite_connect(dbapi_connection, _record) -> None:
     cursor.close()
 
 
-def make_session_factory(engine: Engine) -> sessionmaker[Session]:
-    return sessionmaker(engine, expire_on_commit=False)
+def make_session_factory(engine: Engine, job_cache: JobCacheWriter | None) -> sessionmaker[Session]:
+    """Sessions on `engine`. `job_cache` publishes the job changes their transactions commit (the
+    job cache that polls read, the notices that wake workers); None for sessions that never
+    change a job (read-only requests, tokens), in which a job-life transition refuses to run."""
+    sessions = sessionmaker(engine, expire_on_commit=False)
+    if job_cache is not None:
+        job_cache.attach(sessions)
+    return sessions
 
 
 @contextmanager

@@ -6,7 +6,7 @@ same transaction (`timeline`), which numbers it. The ETag is `"<job id>-<event_s
 
 Redis holds `<namespace>:job:<id>`, either `<seq>\\n<owner as JSON>\\n<document JSON>` (what SQL
 has committed) or `p<seq>` (a transaction is writing version `seq`: ask SQL). How it stays true:
-- a transaction that changes a job marks it `p<seq>` as it flushes the change, before it commits;
+- a transition that changes a job marks it `p<seq>` (`publish_after_commit`), before its commit;
 - after its commit it publishes the version and document, unless the key names a later version;
 - a poll that finds nothing reads SQL and fills the key only if it is still absent.
 So a process killed between its commit and its publish leaves the mark: polls read SQL until it
@@ -18,6 +18,10 @@ A deleted job's key is left marked, with nothing to publish over it: polls read 
 After the commit the writer also announces each changed job's state on the job-state channel
 (trainjobs.contract.notices): the worker running that job wakes at once for a cancel, instead of
 reading SQL every second.
+
+Each job-life transition (trainjobs.jobs.lifecycle) calls `publish_after_commit` itself; the
+writer that publishes is the session factory's (trainjobs.jobs.db.make_session_factory takes one),
+and a transition in a session without one refuses to run rather than leave the cache stale.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from dataclasses import dataclass
 import redis
 import redis.asyncio
 from redis.commands.core import Script
-from sqlalchemy import event, inspect
+from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
 from trainjobs.contract.notices import state_notice
@@ -53,7 +57,8 @@ end
 _PUBLISH = _NEWER_KNOWN + "redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3]) return 1"
 _MARK = _NEWER_KNOWN + "redis.call('SET', KEYS[1], 'p' .. ARGV[1], 'EX', ARGV[2]) return 1"
 
-_SESSION_KEY = "job_cache"  # session.info: job id -> its row changed, or _Deleted
+_WRITER = "job_cache.writer"  # session.info: the JobCacheWriter of the session's factory
+_PENDING = "job_cache.pending"  # session.info: job id -> its row, changed in this transaction
 
 
 @dataclass(frozen=True)
@@ -70,23 +75,48 @@ class CachedJob:
         return f"{self.seq}\n{json.dumps(self.owner)}\n".encode() + self.document
 
 
-@dataclass(frozen=True)
-class _Deleted:
-    seq: int  # past the job's last version: no older publish lands over its mark
-
-
 def cached_form(job: JobRow) -> CachedJob:
     return CachedJob(job.event_seq or 0, job.owner, timeline.document(job).model_dump_json().encode())
 
 
-def note_deleted(session: Session, job: JobRow) -> None:
-    """Called by the delete transition: the row goes by a bulk DELETE, which no flush shows."""
-    session.info.setdefault(_SESSION_KEY, {})[job.id] = _Deleted((job.event_seq or 0) + 1)
+# ---- what a job-life transition calls (trainjobs.jobs.lifecycle) ----------------------------------
+
+
+def publish_after_commit(session: Session, job: JobRow, new: bool = False) -> None:
+    """The job's document changed in this transaction (its new version is `job.event_seq`): mark
+    its key now, so polls read SQL until the change is published; once the transaction commits,
+    publish the version and document and announce the job's state to the workers.
+
+    A session whose factory was made without a JobCacheWriter (read-only sessions) refuses:
+    a job change that nobody publishes would leave polls answering an old version."""
+    writer = _writer_of(session, job.id)
+    session.info.setdefault(_PENDING, {})[job.id] = job
+    if not new:  # a new job has no key yet (nobody could have read it): nothing can go stale
+        writer.mark(job.id, job.event_seq)
+
+
+def mark_deleted(session: Session, job: JobRow) -> None:
+    """The job is being deleted: its key stays marked past its last version, with nothing to
+    publish over it, so polls read SQL (and find nothing)."""
+    _writer_of(session, job.id).mark(job.id, (job.event_seq or 0) + 1)
+    session.info.get(_PENDING, {}).pop(job.id, None)
+
+
+def _writer_of(session: Session, job_id: str) -> JobCacheWriter:
+    writer = session.info.get(_WRITER)
+    if writer is None:
+        raise RuntimeError(
+            f"job {job_id} changed in a session that cannot publish job changes: make its factory with "
+            "make_session_factory(engine, job_cache=JobCacheWriter(...))"
+        )
+    assert isinstance(writer, JobCacheWriter)
+    return writer
 
 
 class JobCacheWriter:
-    """Marks and publishes the job changes made through the sessions it watches (the API's, its
-    background loop's, a worker's), and announces their committed states."""
+    """Marks and publishes the job changes that transitions report (`publish_after_commit`), and
+    announces their committed states. trainjobs.jobs.db.make_session_factory attaches one to
+    every factory of sessions that may change jobs (the API's, its background loop's, a worker's)."""
 
     def __init__(self, client: redis.Redis, keys: RedisKeys):
         self.client = client
@@ -94,35 +124,20 @@ class JobCacheWriter:
         self._publish = client.register_script(_PUBLISH)
         self._mark = client.register_script(_MARK)
 
-    def watch(self, sessions: sessionmaker[Session]) -> None:
-        event.listen(sessions, "after_flush", self._after_flush)
-        event.listen(sessions, "before_commit", self._before_commit)
+    def attach(self, sessions: sessionmaker[Session]) -> None:
+        """Publish what the transitions of these sessions report, after each commit."""
+        sessions.kw.setdefault("info", {})[_WRITER] = self
         event.listen(sessions, "after_commit", self._after_commit)
         event.listen(sessions, "after_soft_rollback", self._after_rollback)
 
-    def _after_flush(self, session: Session, _context: object) -> None:
-        changes = session.info.setdefault(_SESSION_KEY, {})
-        for row in (*session.new, *session.dirty):
-            if isinstance(row, JobRow) and inspect(row).attrs.event_seq.history.has_changes():
-                changes[row.id] = row
-                # A new job has no key yet (nobody could have read it): nothing can go stale.
-                if row not in session.new:
-                    self.mark(row.id, row.event_seq)
-
-    def _before_commit(self, session: Session) -> None:
-        for job_id, change in session.info.get(_SESSION_KEY, {}).items():
-            if isinstance(change, _Deleted):
-                self.mark(job_id, change.seq)
-
     def _after_commit(self, session: Session) -> None:
-        for job_id, change in session.info.pop(_SESSION_KEY, {}).items():
-            if isinstance(change, JobRow):
-                self.publish(job_id, cached_form(change))
-                self.announce(job_id, change.state)
+        for job_id, job in session.info.pop(_PENDING, {}).items():
+            self.publish(job_id, cached_form(job))
+            self.announce(job_id, job.state)
 
     def _after_rollback(self, session: Session, _previous: object) -> None:
         # A rolled-back change's marks stay until they expire: polls read SQL meanwhile.
-        session.info.pop(_SESSION_KEY, None)
+        session.info.pop(_PENDING, None)
 
     def mark(self, job_id: str, seq: int) -> None:
         """Version `seq` is being written: polls go to SQL until it is published."""

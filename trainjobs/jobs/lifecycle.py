@@ -1,8 +1,10 @@
 """A job's life: every write to a job's row happens here, through a named transition.
 
 Each transition checks the state it starts from and refuses one the state machine does not allow
-(`TransitionRefused`, which the API answers with 409), sets the fields, and appends the timeline
-event, all in the caller's transaction. Callers pass a row they hold locked
+(`TransitionRefused`, which the API answers with 409), sets the fields, appends the timeline
+event, and has the change published once the caller's transaction commits (the job cache that
+polls read, and the notice that wakes the job's worker: `job_cache.publish_after_commit`), all in
+the caller's transaction. Callers pass a row they hold locked
 (`jobs.get(..., for_update=True)`), except `claim` and `renew`, which are one conditional UPDATE
 each so that two workers racing for a job cannot both win.
 
@@ -109,9 +111,10 @@ def _running_on(workers: list[str], lease_seconds: float) -> dict[str, object]:
     }
 
 
-def _state_changed(session: Session, job: JobRow) -> None:
+def _state_changed(session: Session, job: JobRow, new: bool = False) -> None:
     session.flush()
     timeline.state_changed(session, job)
+    job_cache.publish_after_commit(session, job, new)
 
 
 # ---- transitions ---------------------------------------------------------------------------------
@@ -144,7 +147,7 @@ def submit(session: Session, owner: str, spec: JobSpec, idempotency_key: str | N
     jobs.add(session, job)
     job_labels.add(session, job, spec.labels)
     dispatch_intents.add(session, job.id, job.device)
-    _state_changed(session, job)
+    _state_changed(session, job, new=True)
     return job
 
 
@@ -152,7 +155,7 @@ def delete(session: Session, job: JobRow) -> None:
     """A terminal job, gone with everything SQL holds of it (its checkpoint files are the
     caller's to remove once this commits). No event: nobody is left to read the stream."""
     _check(job, "delete")
-    job_cache.note_deleted(session, job)
+    job_cache.mark_deleted(session, job)
     jobs.remove(session, job)
 
 
@@ -298,6 +301,7 @@ def record_epoch(session: Session, job: JobRow, attempt: int, metrics: EpochMetr
     timeline.metrics_recorded(session, job, data)
     if metrics.epoch > job.epoch:
         _set(job, epoch=metrics.epoch, metrics=data)
+    job_cache.publish_after_commit(session, job)
     return True
 
 
@@ -308,6 +312,7 @@ def record_progress(session: Session, job: JobRow, attempt: int, progress: Progr
     data = progress.model_dump(mode="json")
     _set(job, progress=data)
     timeline.progress_recorded(session, job, data)
+    job_cache.publish_after_commit(session, job)
 
 
 def record_checkpoint(session: Session, job: JobRow, record: CheckpointRecord) -> None:
@@ -320,6 +325,7 @@ def record_checkpoint(session: Session, job: JobRow, record: CheckpointRecord) -
     if record.is_best:
         checkpoints.mark_best(session, job.id, record.id)
     timeline.checkpoint_recorded(session, job, {**record.model_dump(mode="json", exclude={"path"}), "job_id": job.id})
+    job_cache.publish_after_commit(session, job)
 
 
 def remove_checkpoint(session: Session, job: JobRow, checkpoint_id: str) -> None:
