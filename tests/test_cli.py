@@ -4,8 +4,13 @@ reconnect pace."""
 from __future__ import annotations
 
 import io
+import re
 
-from trainjobs.cli import Progress, yaml_spec
+from rich.console import Console
+
+from trainjobs.cli.output import printable
+from trainjobs.cli.progress import Progress
+from trainjobs.cli.spec_files import yaml_spec
 from trainjobs.client import RECONNECT_CAP_SECONDS, reconnect_delay
 
 
@@ -15,10 +20,9 @@ def test_yaml_specs_read_numbers_as_yaml_1_2_does():
     assert isinstance(spec["epochs"], int)
 
 
-def test_the_progress_line_is_clipped_to_the_terminal(monkeypatch):
-    monkeypatch.setenv("COLUMNS", "40")
+def test_the_progress_line_is_clipped_to_the_terminal():
     out = io.StringIO()
-    monkeypatch.setattr("sys.stdout", out)
+    terminal = Console(file=out, width=40, force_terminal=True, color_system=None)
     job = {
         "id": "j" * 17,
         "spec": {"epochs": 10},
@@ -28,9 +32,12 @@ def test_the_progress_line_is_clipped_to_the_terminal(monkeypatch):
         "waiting_reason": None,
         "metrics": {"train_loss": 1.0, "val_loss": 2.0, "samples_per_second": 50.0, "epoch_seconds": 3.0},
     }
-    Progress(interactive=True).show(job)
-    drawn = out.getvalue().removeprefix("\r\033[K")
-    assert len(drawn) < 40 and drawn.endswith("…")
+    progress = Progress(interactive=True, console=terminal)
+    progress.show(job)
+    progress.close()
+    drawn = [line for line in re.split(r"[\r\n]", re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", out.getvalue())) if line.strip()]
+    assert drawn and all(len(line) <= 40 for line in drawn)
+    assert drawn[-1].rstrip().endswith("…") and "epoch 3/10" in drawn[-1]
 
 
 def test_reconnects_back_off_exponentially_up_to_a_cap_with_jitter():
@@ -43,7 +50,5 @@ def test_reconnects_back_off_exponentially_up_to_a_cap_with_jitter():
 
 
 def test_names_reach_the_terminal_with_control_and_bidi_characters_escaped():
-    from trainjobs.cli import printable
-
     assert printable("evil\x1b]0;owned\x07 \u202eright") == "evil\\x1b]0;owned\\x07 \\u202eright"
     assert printable("plain name, caf\u00e9") == "plain name, caf\u00e9"
