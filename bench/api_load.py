@@ -21,7 +21,7 @@ from pathlib import Path
 
 from sqlalchemy import insert
 
-from tests.harness import REDIS_URL, Stack, new_token, sql_database, tiny_wavenet_spec
+from devstack import REDIS_URL, Stack, new_token, sql_database, tiny_wavenet_spec
 from trainjobs.contract.clock import utcnow
 from trainjobs.contract.spec import JobSpec
 from trainjobs.jobs.db import make_engine

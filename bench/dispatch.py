@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.harness import REDIS_URL, Stack, sql_database, tiny_wavenet_spec, wait_until
+from devstack import REDIS_URL, Stack, sql_database, tiny_wavenet_spec, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = tiny_wavenet_spec(epochs=1)

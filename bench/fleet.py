@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from tests.harness import MotoS3, Stack, sql_database, tiny_wavenet_spec, wait_for_terminal
+from devstack import MotoS3, Stack, sql_database, tiny_wavenet_spec, wait_for_terminal
 from trainjobs.worker.trainer.checkpoints import storage_at
 
 # Epochs of a few seconds on 2 cpu ranks here.

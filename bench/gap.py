@@ -40,7 +40,7 @@ from bench.taking_turns import (
     service_and_plain,
     timed_offset,
 )
-from tests.harness import sql_database
+from devstack import sql_database
 
 CONFIGURATION = (1, "bf16", 1)  # §1c's most consistent shortfall, while its jobs were posted at once
 PAIRS = 6

@@ -11,7 +11,7 @@ from pathlib import Path
 import redis
 
 from bench.api_load import seed_jobs
-from tests.harness import REDIS_URL, clear_namespace, sql_database
+from devstack import REDIS_URL, clear_namespace, sql_database
 from trainjobs.contract.events import EpochMetrics, JobEvent
 from trainjobs.contract.redis_keys import RedisKeys
 from trainjobs.jobs.db import make_engine, make_session_factory, transaction

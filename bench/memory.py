@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.harness import (
+from devstack import (
     REDIS_URL,
     Stack,
     descendants,

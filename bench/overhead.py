@@ -39,7 +39,7 @@ import torch.nn.functional as F
 
 from bench.plain_ddp import run_plain_ddp
 from bench.process_cpu import ProcessCpu, wait_until_quiet
-from tests.harness import REDIS_URL, Stack, sql_database, wait_for_terminal
+from devstack import REDIS_URL, Stack, sql_database, wait_for_terminal
 from trainjobs.contract.spec import JobSpec
 from trainjobs.settings import Settings
 from trainjobs.worker.devices import core_share

@@ -31,7 +31,7 @@ from sqlalchemy import select
 
 from bench.api_load import WRK_SCRIPT, seed_jobs, wrk
 from bench.py_spy import py_spy
-from tests.harness import REDIS_URL, Stack, new_token, sql_database
+from devstack import REDIS_URL, Stack, new_token, sql_database
 from trainjobs.jobs.db import make_engine
 from trainjobs.jobs.tables import JobRow
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from bench.api_load import seed_jobs
-from tests.harness import REDIS_URL, Stack, new_token, sql_database
+from devstack import REDIS_URL, Stack, new_token, sql_database
 from trainjobs.jobs.db import make_engine
 
 TEAMS = [f"team{i}" for i in range(10)]

@@ -39,7 +39,7 @@ from bench.plain_ddp import timed_plain_ddp
 from bench.process_cpu import wait_until_quiet
 from bench.step_profile import rank_pids
 from bench.taking_turns import service_epochs
-from tests.harness import sql_database, wait_for_terminal, wait_until
+from devstack import sql_database, wait_for_terminal, wait_until
 from trainjobs.contract.spec import JobSpec
 
 EPOCHS = 6

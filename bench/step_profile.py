@@ -27,7 +27,7 @@ from bench.overhead import calibrated_clips, default_stack, wavenet_spec
 from bench.plain_ddp import run_plain_ddp
 from bench.process_cpu import read_process, role_of, wait_until_quiet
 from bench.py_spy import py_spy
-from tests.harness import sql_database, wait_for_terminal, wait_until
+from devstack import sql_database, wait_for_terminal, wait_until
 from trainjobs.contract.spec import JobSpec
 
 SECONDS = 10

@@ -53,7 +53,7 @@ from pathlib import Path
 
 from bench.overhead import CONFIGURATIONS, calibrated_clips, default_stack, wavenet_spec
 from bench.process_cpu import role_of, wait_until_quiet
-from tests.harness import sql_database
+from devstack import sql_database
 
 TURN_SECONDS = 0.2
 EPOCHS = 2  # the first warms up; the second is timed

@@ -5,7 +5,7 @@ import secrets
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.harness import REDIS_URL, Stack, clear_namespace, new_token, sql_database
+from devstack import REDIS_URL, Stack, clear_namespace, new_token, sql_database
 from trainjobs.settings import Settings
 
 
@@ -88,7 +88,7 @@ def stack_on(tmp_path):
 
 @pytest.fixture(scope="session")
 def s3_server():
-    from tests.harness import MotoS3
+    from devstack import MotoS3
 
     server = MotoS3().start()
     yield server

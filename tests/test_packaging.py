@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import tiny_wavenet_spec
+from devstack import tiny_wavenet_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -4,7 +4,7 @@ import sys
 import pytest
 from pydantic import ValidationError
 
-from tests.harness import tiny_wavenet_spec
+from devstack import tiny_wavenet_spec
 from trainjobs.contract.spec import JobSpec
 
 

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from tests.harness import REDIS_URL, Stack, sql_database, tiny_wavenet_spec, wait_for_terminal, wait_until
+from devstack import REDIS_URL, Stack, sql_database, tiny_wavenet_spec, wait_for_terminal, wait_until
 from trainjobs.worker.devices import core_share
 
 pytestmark = pytest.mark.e2e

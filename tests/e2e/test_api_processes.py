@@ -12,7 +12,7 @@ import pytest
 import redis
 from sqlalchemy import select
 
-from tests.harness import REDIS_URL, descendants, pid_alive, tiny_wavenet_spec, wait_for_terminal, wait_until
+from devstack import REDIS_URL, descendants, pid_alive, tiny_wavenet_spec, wait_for_terminal, wait_until
 from trainjobs.contract.redis_keys import RedisKeys
 from trainjobs.jobs.db import make_engine
 from trainjobs.jobs.tables import JobEventRow

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.harness import tiny_wavenet_spec, wait_until
+from devstack import tiny_wavenet_spec, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -139,7 +139,7 @@ def test_watch_backs_off_while_the_api_is_down_and_gives_up_with_exit_code_3(sta
 
 
 def test_each_start_of_up_revokes_the_token_the_previous_start_printed(tmp_path):
-    from tests.harness import REDIS_URL, free_port, wait_until
+    from devstack import REDIS_URL, free_port, wait_until
 
     def start_up() -> tuple[subprocess.Popen, str, str]:
         port = free_port()

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.harness import tiny_wavenet_spec
+from devstack import tiny_wavenet_spec
 from trainjobs.client import (
     ApiError,
     AsyncTrainJobsClient,

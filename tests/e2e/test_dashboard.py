@@ -13,7 +13,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from tests.harness import tiny_wavenet_spec, wait_for_terminal, wait_until
+from devstack import tiny_wavenet_spec, wait_for_terminal, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,7 @@ import secrets
 
 import pytest
 
-from tests.harness import HALF_SECOND_EPOCHS, tiny_wavenet_spec, wait_for_terminal, wait_until
+from devstack import HALF_SECOND_EPOCHS, tiny_wavenet_spec, wait_for_terminal, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from tests.harness import (
+from devstack import (
     HALF_SECOND_EPOCHS,
     PrivateRedis,
     find_launcher,

@@ -9,7 +9,7 @@ import json
 import pytest
 import redis
 
-from tests.harness import REDIS_URL, PrivateRedis, tiny_wavenet_spec, wait_for_terminal
+from devstack import REDIS_URL, PrivateRedis, tiny_wavenet_spec, wait_for_terminal
 from tests.service.test_api_hardening import body_with
 from trainjobs.contract.redis_keys import RedisKeys
 

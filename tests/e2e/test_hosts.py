@@ -12,7 +12,7 @@ import signal
 
 import pytest
 
-from tests.harness import (
+from devstack import (
     HALF_SECOND_EPOCHS,
     find_launcher,
     rank_pids,

@@ -5,7 +5,7 @@ a cancel whose notice never came is still found at that renewal. Real API, worke
 import pytest
 import redis
 
-from tests.harness import REDIS_URL, processes_of_job, tiny_wavenet_spec, wait_for_terminal, wait_until
+from devstack import REDIS_URL, processes_of_job, tiny_wavenet_spec, wait_for_terminal, wait_until
 from trainjobs.contract.redis_keys import RedisKeys
 from trainjobs.jobs import lifecycle
 from trainjobs.jobs.db import make_engine, make_session_factory, transaction

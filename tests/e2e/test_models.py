@@ -3,7 +3,7 @@ bf16 with accumulation 2 (torchvision for resnet50 comes with `make test`)."""
 
 import pytest
 
-from tests.harness import tiny_wavenet_spec, wait_for_terminal
+from devstack import tiny_wavenet_spec, wait_for_terminal
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.harness import (
+from devstack import (
     HALF_SECOND_EPOCHS,
     NetworkHosts,
     PrivateRedis,

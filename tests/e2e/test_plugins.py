@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.harness import plugin_spec, wait_for_terminal
+from devstack import plugin_spec, wait_for_terminal
 
 pytestmark = pytest.mark.e2e
 

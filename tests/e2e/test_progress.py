@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.harness import tiny_wavenet_spec, wait_for_terminal, wait_until
+from devstack import tiny_wavenet_spec, wait_for_terminal, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -8,7 +8,7 @@ import pytest
 import redis
 import torch
 
-from tests.harness import (
+from devstack import (
     HALF_SECOND_EPOCHS,
     REDIS_URL,
     pid_alive,

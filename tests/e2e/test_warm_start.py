@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.harness import (
+from devstack import (
     plugin_spec,
     processes_of_job,
     tiny_wavenet_spec,

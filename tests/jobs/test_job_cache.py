@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from sqlalchemy import Engine, event
 
-from tests.harness import new_token, tiny_wavenet_spec, wait_until
+from devstack import new_token, tiny_wavenet_spec, wait_until
 from trainjobs.connections import async_redis_client, redis_client
 from trainjobs.contract.clock import utcnow
 from trainjobs.contract.events import EpochMetrics

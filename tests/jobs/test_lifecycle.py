@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import job_sessions, tiny_wavenet_spec
+from devstack import job_sessions, tiny_wavenet_spec
 from trainjobs.contract.events import StateChange
 from trainjobs.contract.spec import JobSpec
 from trainjobs.jobs import lifecycle

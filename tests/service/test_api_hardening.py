@@ -11,7 +11,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
-from tests.harness import new_token, tiny_wavenet_spec
+from devstack import new_token, tiny_wavenet_spec
 from tests.service.test_jobs_api import count_jobs
 from trainjobs.contract.workers import WorkerStatus
 from trainjobs.service.api.app import create_app

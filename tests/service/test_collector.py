@@ -4,7 +4,7 @@ import time
 
 import redis
 
-from tests.harness import REDIS_URL, job_sessions, tiny_wavenet_spec
+from devstack import REDIS_URL, job_sessions, tiny_wavenet_spec
 from trainjobs.contract.checkpoints import checkpoint_id, checkpoint_path
 from trainjobs.contract.events import CheckpointRecord, EpochMetrics, JobEvent, StateChange
 from trainjobs.contract.redis_keys import RedisKeys

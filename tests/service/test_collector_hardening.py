@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from tests.harness import REDIS_URL, job_sessions
+from devstack import REDIS_URL, job_sessions
 from tests.service.test_collector import make_job, metrics
 from trainjobs.contract.checkpoints import checkpoint_id, checkpoint_path
 from trainjobs.contract.events import CheckpointRecord, JobEvent

@@ -5,7 +5,7 @@ import logging
 
 import redis
 
-from tests.harness import PrivateRedis, job_sessions, tiny_wavenet_spec
+from devstack import PrivateRedis, job_sessions, tiny_wavenet_spec
 from trainjobs.contract.clock import utcnow
 from trainjobs.jobs.db import transaction
 from trainjobs.jobs.repositories import dispatch_intents
@@ -18,7 +18,7 @@ from trainjobs.worker.job_runner import JobRunner
 def test_a_job_submitted_while_redis_is_down_is_dispatched_once_it_is_back(tmp_path, database_url, namespace):
     from fastapi.testclient import TestClient
 
-    from tests.harness import new_token
+    from devstack import new_token
     from trainjobs.service.api.app import create_app
 
     broker = PrivateRedis(tmp_path)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from tests.harness import tiny_wavenet_spec
+from devstack import tiny_wavenet_spec
 from trainjobs.contract.checkpoints import checkpoint_id, checkpoint_path
 from trainjobs.contract.events import CheckpointRecord, EpochMetrics, LogLines
 from trainjobs.jobs import lifecycle

@@ -1,6 +1,6 @@
 """Shipped log lines on real SQL (SQLite and PostgreSQL): kept once, capped per job."""
 
-from tests.harness import job_sessions
+from devstack import job_sessions
 from tests.service.test_collector import make_job
 from trainjobs.contract.events import LogLines
 from trainjobs.jobs.db import transaction

@@ -9,7 +9,7 @@ from datetime import datetime
 
 import pytest
 
-from tests.harness import new_token, tiny_wavenet_spec
+from devstack import new_token, tiny_wavenet_spec
 
 # (name, labels, cancelled?) for alice; bob gets a copy of a few, so owners are kept apart.
 CORPUS = [

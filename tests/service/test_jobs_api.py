@@ -5,7 +5,7 @@ import json
 import pytest
 from sqlalchemy import func, select
 
-from tests.harness import tiny_wavenet_spec
+from devstack import tiny_wavenet_spec
 from trainjobs.jobs.db import make_engine
 from trainjobs.jobs.tables import ApiTokenRow, JobRow
 

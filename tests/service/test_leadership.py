@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from tests.harness import REDIS_URL
+from devstack import REDIS_URL
 from trainjobs.contract.redis_keys import RedisKeys
 from trainjobs.service.leadership import Leadership
 

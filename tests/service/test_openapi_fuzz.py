@@ -18,7 +18,7 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from schemathesis.specs.openapi import checks as openapi_checks
 
-from tests.harness import REDIS_URL, clear_namespace, new_token, sql_database
+from devstack import REDIS_URL, clear_namespace, new_token, sql_database
 from trainjobs.service.api.app import create_app
 from trainjobs.settings import Settings
 
@@ -87,7 +87,7 @@ ODD_VALUES = st.one_of(
 def test_a_spec_with_any_leaf_made_non_finite_or_odd_unicode_never_gets_a_5xx(fuzzed_app):
     """Beside schemathesis (whose generated JSON never holds NaN or infinity): every field of a
     valid spec, in turn, set to a non-finite number or odd text, sent as Python's JSON writes it."""
-    from tests.harness import tiny_wavenet_spec
+    from devstack import tiny_wavenet_spec
 
     spec = tiny_wavenet_spec(name="fuzz", early_stopping={"patience": 2, "min_delta": 0.1}, grad_clip_norm=1.0)
     headers = {"Authorization": f"Bearer {fuzzed_app.state.test_token}", "Content-Type": "application/json"}

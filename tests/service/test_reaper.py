@@ -5,7 +5,7 @@ import time
 
 from sqlalchemy import func, select
 
-from tests.harness import job_sessions, tiny_wavenet_spec
+from devstack import job_sessions, tiny_wavenet_spec
 from trainjobs.contract.spec import JobSpec
 from trainjobs.contract.workers import WorkerStatus
 from trainjobs.jobs.db import transaction

@@ -11,7 +11,7 @@ import httpx
 import pytest
 import uvicorn
 
-from tests.harness import descendants, free_port, pid_alive, wait_until
+from devstack import descendants, free_port, pid_alive, wait_until
 from trainjobs.service.api.serving import HEALTH_CHECK_SECONDS, serve_in_processes
 
 pytestmark = pytest.mark.e2e

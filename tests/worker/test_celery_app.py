@@ -7,7 +7,7 @@ import time
 import pytest
 import redis
 
-from tests.harness import PrivateRedis
+from devstack import PrivateRedis
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,7 @@ import secrets
 import pytest
 import redis
 
-from tests.harness import REDIS_URL, wait_until
+from devstack import REDIS_URL, wait_until
 from trainjobs.worker.state_notices import StateNotices
 
 
