@@ -1,6 +1,6 @@
 """Start-up: from POST to the end of the job's first optimizer step, through the real API and
 worker, with the worker idle, against a plain `torch.multiprocessing.spawn` script started from
-the shell (bench/plain_ddp.py on the same spec) and timed to its own first step.
+the shell (bench/support/plain_ddp.py on the same spec) and timed to its own first step.
 
 Through the service twice: with a launcher waiting ahead of the job (the default,
 TRAINJOBS_WARM_LAUNCHERS=1) and without (0: the launcher, its fork server and the ranks start with
@@ -73,7 +73,7 @@ def from_the_shell(workdir: Path) -> float:
     spec_file.write_text(json.dumps(SPEC))
     started = time.time()
     output = subprocess.run(
-        [sys.executable, "-m", "bench.plain_ddp", str(spec_file), str(workdir / "result.json")],
+        [sys.executable, "-m", "bench.support.plain_ddp", str(spec_file), str(workdir / "result.json")],
         capture_output=True,
         text=True,
         check=True,
@@ -127,4 +127,4 @@ def run(repeats: int = 10) -> dict:
         f"p90 {result['shell_plain_spawn']['p90_s']}s",
         flush=True,
     )
-    return result
+    return {"dispatch": result}

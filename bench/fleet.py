@@ -90,4 +90,4 @@ def checkpoint_io(megabytes: int = 100, repeats: int = 3) -> list[dict]:
 
 
 def run() -> dict:
-    return {"throughput": throughput(), "checkpoint_io": checkpoint_io()}
+    return {"fleet": {"throughput": throughput(), "checkpoint_io": checkpoint_io()}}

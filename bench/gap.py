@@ -1,18 +1,18 @@
 """Where the service's shortfall against the plain loop lies (`python -m bench gap`, BENCHMARKS.md
 §1d): one configuration taken apart, each part taking turns against the same plain loop as in
-§1c (bench/taking_turns.py), a fresh pair each time, in passes over the parts:
+§1c (bench/turns.py), a fresh pair each time, in passes over the parts:
 
 - fork server: the plain loop itself, its ranks forked from a fork server warmed as a service
   launcher warms its own (what it preloads, its heap settings): how the service starts ranks;
 - trainjobs train: the service's own launcher, fork server, ranks and trainer, started from the
-  shell (`bench.local_trainer`): everything of a job but the service around it;
+  shell (`bench.support.local_trainer`): everything of a job but the service around it;
 - trainjobs train + idle stack: the same, with the (idle) API and worker on its side, stopped and
   run with it: what the service costs when it has nothing to do with the job;
 - service, posted at once: the job through the whole service, posted as the plain loop starts
   (as §1c did until the shortfall below was found in the moment of posting);
 - service: the same, posted once the plain loop's first step is done, as §1c measures it.
 
-Each row is a ratio to the plain loop (`python -m bench.plain_ddp`, as a shell starts it).
+Each row is a ratio to the plain loop (`python -m bench.support.plain_ddp`, as a shell starts it).
 """
 
 from __future__ import annotations
@@ -25,21 +25,12 @@ import tempfile
 from datetime import datetime
 from pathlib import Path
 
-from bench.overhead import calibrated_clips, default_stack, wavenet_spec
-from bench.process_cpu import wait_until_quiet
-from bench.taking_turns import (
-    EPOCHS,
-    ROOT,
-    compared,
-    epochs_of,
-    plain_epochs,
-    plain_process,
-    pooled,
-    processes_taking_turns,
-    rates,
-    service_and_plain,
-    timed_offset,
-)
+from bench.support.epochs import ROOT, epochs_of, plain_epochs, plain_process, timed_offset
+from bench.support.process_cpu import wait_until_quiet
+from bench.support.ratios import compared, pooled
+from bench.support.turn_taking import processes_taking_turns, rates
+from bench.support.workload import calibrated_clips, default_stack, wavenet_spec
+from bench.turns import EPOCHS, service_and_plain
 from devstack import sql_database
 
 CONFIGURATION = (1, "bf16", 1)  # §1c's most consistent shortfall, while its jobs were posted at once
@@ -68,11 +59,19 @@ def part_and_plain(part: str, spec: dict, scratch: str, threads: int, stack_root
     if part == "fork server":
         result = Path(scratch) / "forked.result.json"
         result.unlink(missing_ok=True)
-        command = [sys.executable, "-m", "bench.plain_ddp", str(spec_file), str(result), str(threads), "--fork-server"]
+        command = [
+            sys.executable,
+            "-m",
+            "bench.support.plain_ddp",
+            str(spec_file),
+            str(result),
+            str(threads),
+            "--fork-server",
+        ]
     else:
         workdir = Path(scratch) / "local"
         shutil.rmtree(workdir, ignore_errors=True)
-        command = [sys.executable, "-m", "bench.local_trainer", str(spec_file), str(workdir), str(threads)]
+        command = [sys.executable, "-m", "bench.support.local_trainer", str(spec_file), str(workdir), str(threads)]
     other = subprocess.Popen(command, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL)
     roots = [other.pid, *(stack_roots if part.endswith("idle stack") else [])]
     turns = processes_taking_turns({"part": (other, roots), "plain": (plain, [plain.pid])})

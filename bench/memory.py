@@ -1,7 +1,7 @@
 """Memory of a 2-rank cpu job: PSS (proportional set size: shared pages split among the processes
 that share them) summed over the job's whole process tree, sampled while it trains, through the
 service (its launcher, the launcher's fork server, its ranks, and any launcher the worker keeps
-waiting meanwhile) beside the plain spawn script (bench/plain_ddp.py: the script and its ranks).
+waiting meanwhile) beside the plain spawn script (bench/support/plain_ddp.py: the script and its ranks).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def plain_script(scratch: Path) -> int:
     spec_file = scratch / "spec.json"
     spec_file.write_text(json.dumps(SPEC))
     process = subprocess.Popen(
-        [sys.executable, "-u", "-m", "bench.plain_ddp", str(spec_file), str(scratch / "result.json")],
+        [sys.executable, "-u", "-m", "bench.support.plain_ddp", str(spec_file), str(scratch / "result.json")],
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,
@@ -109,4 +109,4 @@ def run() -> dict:
         f"{result['plain_pss_mib']} MiB: {result['service_over_plain_mib']} MiB over",
         flush=True,
     )
-    return result
+    return {"memory": result}

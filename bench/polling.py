@@ -29,8 +29,8 @@ from urllib.parse import urlsplit
 import httpx
 from sqlalchemy import select
 
-from bench.api_load import WRK_SCRIPT, seed_jobs, wrk
-from bench.py_spy import py_spy
+from bench.support.load import WRK_SCRIPT, seed_jobs, wrk
+from bench.support.py_spy import py_spy
 from devstack import REDIS_URL, Stack, new_token, sql_database
 from trainjobs.jobs.db import make_engine
 from trainjobs.jobs.tables import JobRow
@@ -104,7 +104,14 @@ def run(
                         closed_rows.append(row)
                 finally:
                     stack.stop()
-    return {"open_loop": open_rows, "closed_loop": closed_rows, "profiles": profiles, "api_workers": api_workers}
+    return {
+        "polling": {
+            "open_loop": open_rows,
+            "closed_loop": closed_rows,
+            "profiles": profiles,
+            "api_workers": api_workers,
+        }
+    }
 
 
 def _some_jobs(url: str, count: int) -> list[str]:

@@ -15,7 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.api_load import seed_jobs
+from bench.support.load import seed_jobs
 from devstack import REDIS_URL, Stack, new_token, sql_database
 from trainjobs.jobs.db import make_engine
 
@@ -90,4 +90,4 @@ def run(count: int = 100_000, databases=("sqlite", "postgresql"), requests: int 
                         rows.append(row)
             finally:
                 stack.stop()
-    return rows
+    return {"search": rows}

@@ -1,4 +1,4 @@
-"""Side by side: the service's 1-rank job and the plain loop (bench/plain_ddp.py) training at the
+"""Side by side: the service's 1-rank job and the plain loop (bench/support/plain_ddp.py) training at the
 same time on the same spec, each rank on one of the machine's two cores, compared over the same
 seconds; and, as the control, two plain loops side by side.
 
@@ -22,7 +22,7 @@ service / plain samples per second over the same seconds; the configuration's ra
 of its windows'. The control takes one plain loop's epochs after the first as windows and the
 other's record over them.
 
-`make bench` runs bench/taking_turns.py instead, which puts both loops on the same cores over the
+`make bench` runs bench/turns.py instead, which puts both loops on the same cores over the
 same stretch of time; this one runs when named (`python -m bench sidebyside`).
 """
 
@@ -34,11 +34,11 @@ import tempfile
 import threading
 from pathlib import Path
 
-from bench.overhead import calibrated_clips, default_stack, wavenet_spec
-from bench.plain_ddp import timed_plain_ddp
-from bench.process_cpu import wait_until_quiet
-from bench.step_profile import rank_pids
-from bench.taking_turns import service_epochs
+from bench.steps import rank_pids
+from bench.support.epochs import service_epochs
+from bench.support.plain_ddp import timed_plain_ddp
+from bench.support.process_cpu import wait_until_quiet
+from bench.support.workload import calibrated_clips, default_stack, wavenet_spec
 from devstack import sql_database, wait_for_terminal, wait_until
 from trainjobs.contract.spec import JobSpec
 

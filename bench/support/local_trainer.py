@@ -1,4 +1,4 @@
-"""`python -m bench.local_trainer SPEC.json WORKDIR THREADS`: the service's launcher, fork server,
+"""`python -m bench.support.local_trainer SPEC.json WORKDIR THREADS`: the service's launcher, fork server,
 ranks and trainer on a spec, as `trainjobs train` runs them, with THREADS per rank (as a worker
 gives its ranks; `trainjobs train` gives them the host's cores over the ranks). The run is named
 "bench": its events are in WORKDIR/runs/bench/events.jsonl (bench/gap.py)."""
@@ -16,4 +16,4 @@ if __name__ == "__main__":
     request = local_request(spec, Path(sys.argv[2]), Path(sys.argv[2]) / "data", job_id="bench")
     outcome = train_locally(request.model_copy(update={"threads_per_rank": int(sys.argv[3])}))
     if outcome.state != "succeeded":
-        raise SystemExit(f"bench.local_trainer: {outcome.state}: {outcome.error}")
+        raise SystemExit(f"bench.support.local_trainer: {outcome.state}: {outcome.error}")

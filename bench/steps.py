@@ -2,7 +2,7 @@
 spec (fp32; 1 rank with accumulation 1 and 4, 2 ranks with 4: where the overhead benchmark lost
 most). Each rank is sampled with py-spy for `SECONDS` in its second epoch, and every sample is
 charged to the line of the training loop it was under (`Trainer.train_epoch` for the service,
-`_rank` in bench/plain_ddp.py for the plain loop), or to "outside the loop". perf's software
+`_rank` in bench/support/plain_ddp.py for the plain loop), or to "outside the loop". perf's software
 counters (CPU time, page faults, context switches) are read over the same span. Both are read
 from outside the rank; py-spy does not pause it (--nonblocking).
 
@@ -23,10 +23,10 @@ import threading
 import time
 from pathlib import Path
 
-from bench.overhead import calibrated_clips, default_stack, wavenet_spec
-from bench.plain_ddp import run_plain_ddp
-from bench.process_cpu import read_process, role_of, wait_until_quiet
-from bench.py_spy import py_spy
+from bench.support.plain_ddp import run_plain_ddp
+from bench.support.process_cpu import read_process, role_of, wait_until_quiet
+from bench.support.py_spy import py_spy
+from bench.support.workload import calibrated_clips, default_stack, wavenet_spec
 from devstack import sql_database, wait_for_terminal, wait_until
 from trainjobs.contract.spec import JobSpec
 
@@ -37,7 +37,7 @@ FRAME = re.compile(r"^(?P<function>[^ ]+) \((?P<file>[^:]+):(?P<line>\d+)\)$")
 
 def rank_pids(run: str) -> list[int]:
     """The live ranks of a plain script (spawned) or of a job (forked from a launcher's fork server),
-    told apart as bench/process_cpu.py tells its roles."""
+    told apart as bench/support/process_cpu.py tells its roles."""
     processes = {pid: read for pid in os.listdir("/proc") if pid.isdigit() and (read := read_process(pid))}
     cmdlines = {pid: read[0] for pid, read in processes.items()}
     return sorted(
@@ -94,7 +94,7 @@ def source_line(where: str) -> str:
     file, _, line = where.partition(":")
     if not line:
         return ""
-    path = {"trainer.py": "worker/trainer/trainer.py", "plain_ddp.py": "bench/plain_ddp.py"}[file]
+    path = {"trainer.py": "worker/trainer/trainer.py", "plain_ddp.py": "bench/support/plain_ddp.py"}[file]
     return (Path(__file__).resolve().parents[1] / path).read_text().splitlines()[int(line) - 1].strip()
 
 
@@ -127,7 +127,7 @@ def run(configurations=((1, "fp32", 1), (1, "fp32", 4), (2, "fp32", 4))) -> list
                 rows.append(row)
         finally:
             stack.stop()
-    return rows
+    return {"steps": rows}
 
 
 def print_row(row: dict) -> None:

@@ -1,7 +1,7 @@
 """resnet50 images/s on cuda through the trainer: fp32 and bf16, channels_last (always on for
 resnet50 on cuda), 1..N GPUs, DDP against DataParallel. Run on a GPU host:
 
-    python -m bench.gpu_resnet50 [--gpus 2] [--image-size 224] [--batch-size 64]
+    python -m bench.gpu [--gpus 2] [--image-size 224] [--batch-size 64]
 
 Prints one line per configuration and writes bench/gpu_results.json.
 """
@@ -57,6 +57,23 @@ def measure(gpus: int, strategy: str, precision: str, image_size: int, batch_siz
     return statistics.median(rates[1:])
 
 
+def run(gpus: int | None = None, image_size: int = 224, batch_size: int = 64, epochs: int = 3) -> dict:
+    """`python -m bench gpu`: every GPU of this host, the defaults above."""
+    gpus = torch.cuda.device_count() if gpus is None else gpus
+    if gpus < 1:
+        raise SystemExit("no cuda device visible")
+    rows = []
+    for precision in ("fp32", "bf16"):
+        for count in sorted({1, *range(2, gpus + 1)}):
+            for strategy in ("ddp", "dp") if count > 1 else ("ddp",):
+                rate = measure(count, strategy, precision, image_size, batch_size, epochs)
+                rows.append(
+                    {"precision": precision, "gpus": count, "strategy": strategy, "images_per_s": round(rate, 1)}
+                )
+                print(f"resnet50 {precision} {count} GPU(s) {strategy}: {rate:.1f} images/s", flush=True)
+    return {"gpu": {"device": torch.cuda.get_device_name(0), "rows": rows}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gpus", type=int, default=torch.cuda.device_count())
@@ -64,20 +81,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=3)
     args = parser.parse_args()
-    if args.gpus < 1:
-        raise SystemExit("no cuda device visible")
-    rows = []
-    for precision in ("fp32", "bf16"):
-        for gpus in sorted({1, *range(2, args.gpus + 1)}):
-            for strategy in ("ddp", "dp") if gpus > 1 else ("ddp",):
-                rate = measure(gpus, strategy, precision, args.image_size, args.batch_size, args.epochs)
-                rows.append(
-                    {"precision": precision, "gpus": gpus, "strategy": strategy, "images_per_s": round(rate, 1)}
-                )
-                print(f"resnet50 {precision} {gpus} GPU(s) {strategy}: {rate:.1f} images/s", flush=True)
-    (Path(__file__).parent / "gpu_results.json").write_text(
-        json.dumps({"device": torch.cuda.get_device_name(0), "rows": rows}, indent=2)
-    )
+    found = run(args.gpus, args.image_size, args.batch_size, args.epochs)["gpu"]
+    (Path(__file__).parent / "gpu_results.json").write_text(json.dumps(found, indent=2))
 
 
 if __name__ == "__main__":

@@ -114,7 +114,7 @@ def timed_plain_ddp(spec: JobSpec, result_path: str, threads: int, start_method:
 
 
 if __name__ == "__main__":
-    # `python -m bench.plain_ddp SPEC.json RESULT.json [THREADS] [--fork-server]`: the plain loop as a
+    # `python -m bench.support.plain_ddp SPEC.json RESULT.json [THREADS] [--fork-server]`: the plain loop as a
     # user starts it from a shell; THREADS per rank, by default the cores shared among the ranks.
     import sys
     from pathlib import Path

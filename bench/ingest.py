@@ -10,7 +10,7 @@ from pathlib import Path
 
 import redis
 
-from bench.api_load import seed_jobs
+from bench.support.load import seed_jobs
 from devstack import REDIS_URL, clear_namespace, sql_database
 from trainjobs.contract.events import EpochMetrics, JobEvent
 from trainjobs.contract.redis_keys import RedisKeys
@@ -79,4 +79,4 @@ def run(databases=("sqlite", "postgresql"), jobs: int = 50, epochs: int = 40) ->
             engine.dispose()
             clear_namespace(REDIS_URL, namespace)
             client.close()
-    return rows
+    return {"ingest": rows}

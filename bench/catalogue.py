@@ -1,0 +1,86 @@
+"""Every benchmark, in the order of BENCHMARKS.md: its name (the CLI's, and the module
+bench/<name>.py that measures it), its section, its title, where results.json keeps its figures,
+and whether `make bench` runs it. The CLI (`python -m bench`) and the report (bench/report/)
+both read this list and nothing else."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str
+    section: str  # "1", "1b", ... "11": its place in BENCHMARKS.md
+    title: str
+    keys: tuple[str, ...]  # where bench/results.json keeps its figures
+    in_make_bench: bool = True  # False: run only when named; a whole run keeps its last figures
+    measured_by: str | None = None  # another benchmark's run measures it (not runnable alone)
+
+    @property
+    def runnable(self) -> bool:
+        return self.measured_by is None
+
+    @property
+    def module(self) -> ModuleType:
+        return importlib.import_module(f"bench.{self.name}")
+
+    @property
+    def report(self) -> ModuleType:
+        """bench/report/<name>.py: `render(results) -> lines` and `headlines(results) -> rows`."""
+        return importlib.import_module(f"bench.report.{self.name}")
+
+    def measure(self, **options: Any) -> dict[str, Any]:
+        """Run it (its module's `run`); its figures keyed as results.json keeps them."""
+        found: dict[str, Any] = self.module.run(**options)
+        return found
+
+
+def _section_order(benchmark: Benchmark) -> tuple[int, str]:
+    number = "".join(char for char in benchmark.section if char.isdigit())
+    return int(number), benchmark.section[len(number) :]
+
+
+# Overhead (sections 1 and 2, about 40 minutes) is run only when named: its rounds lie minutes
+# apart, and the machine's drift over minutes (plain runs of one configuration 2 to 20% apart) is
+# far above the 1% to be resolved; taking turns (1c) makes the same comparison without that
+# drift. Side by side (1b): taking turns measures what it did for every configuration. Gap (1d)
+# takes one configuration apart to find where a shortfall lies. GPU (6) needs a GPU host.
+CATALOGUE: tuple[Benchmark, ...] = tuple(
+    sorted(
+        (
+            Benchmark(
+                "overhead",
+                "1",
+                "Trainer overhead: the whole service against a plain DDP loop",
+                ("overhead", "scaling"),
+                False,
+            ),
+            Benchmark("sidebyside", "1b", "Side by side: two loops over the same seconds", ("side_by_side",), False),
+            Benchmark("turns", "1c", "Taking turns: the service's job and the plain loop", ("taking_turns",)),
+            Benchmark("gap", "1d", "Where a shortfall lies: one configuration taken apart", ("gap",), False),
+            Benchmark("scaling", "2", "Scaling on this machine (2 ranks / 1 rank)", ("scaling",), False, "overhead"),
+            Benchmark("dispatch", "3", "Start-up: POST to the end of the first optimizer step", ("dispatch",)),
+            Benchmark("api", "4", "The API under dashboard load", ("api",)),
+            Benchmark("ingest", "5", "Metrics ingestion: the collector, Redis stream to SQL", ("ingest",)),
+            Benchmark("gpu", "6", "GPU: resnet50 through the trainer", ("gpu",), False),
+            Benchmark("fleet", "7", "A fleet of hosts", ("fleet",)),
+            Benchmark("search", "8", "Job search at 100,000 jobs", ("search",)),
+            Benchmark("memory", "9", "Memory of a 2-rank cpu job", ("memory",)),
+            Benchmark("polling", "10", "Polling a job", ("polling",)),
+            Benchmark("steps", "11", "Where a training step's time goes", ("steps",)),
+        ),
+        key=_section_order,
+    )
+)
+
+BY_NAME = {benchmark.name: benchmark for benchmark in CATALOGUE}
+
+
+def named(names: list[str]) -> list[Benchmark]:
+    """The benchmarks of these names, in catalogue order (KeyError for an unknown one)."""
+    wanted = {BY_NAME[name].name for name in names}
+    return [benchmark for benchmark in CATALOGUE if benchmark.name in wanted]

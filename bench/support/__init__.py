@@ -1,0 +1,1 @@
+"""What the benchmarks share: the workload, taking turns, processes and their CPU, load generators."""
