@@ -2,10 +2,8 @@
 it, start its launcher, keep its lease alive (and watch for cancel) until the launcher ends, free
 the devices.
 
-While a job trains, its watch sleeps: it wakes when the launcher exits, when a notice says the
-job's state changed (cancel: trainjobs.worker.state_notices), or when the lease is due for
-renewal (every third of `lease_seconds`). Only then does it read SQL. The ranks share the host
-with the worker, and a watch that read SQL every second cost them CPU for nothing.
+While a job trains, trainjobs.worker.job_watch keeps its lease and follows it; the devices are
+freed only once the watch has ended the launcher's process group.
 
 The scheduling rule is trainjobs.jobs.scheduling's; SQL is reached only through
 trainjobs.jobs.worker_gateway; the launcher process is trainjobs.worker.supervision's.
@@ -24,7 +22,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from trainjobs.contract.events import StateChange
 from trainjobs.contract.run import RunRequest
 from trainjobs.contract.spec import JobSpec
-from trainjobs.contract.states import TERMINAL_STATES
 from trainjobs.contract.workers import WorkerStatus
 from trainjobs.jobs import worker_gateway
 from trainjobs.jobs.db import transaction
@@ -32,6 +29,7 @@ from trainjobs.jobs.scheduling import QueuedJob, first_in_line, waiting_reason
 from trainjobs.settings import Settings
 from trainjobs.worker import supervision
 from trainjobs.worker.devices import DevicePool, core_share
+from trainjobs.worker.job_watch import JobWatch
 from trainjobs.worker.network import interface_of
 from trainjobs.worker.reporter import EventReporter
 from trainjobs.worker.state_notices import StateNotices
@@ -65,6 +63,7 @@ class JobRunner:
         self.address = address  # where other hosts reach this one's ranks (a multi-node job's node 0 serves there)
         self.socket_ifname = interface_of(address)
         self.launchers = supervision.LauncherPool(settings.run_path / "launchers.log", settings.warm_launchers)
+        self.watch = JobWatch(sessions, hostname, settings.lease_seconds)
         self.launchers.replenish()
 
     def run(self, job_id: str) -> str:
@@ -76,10 +75,8 @@ class JobRunner:
         with transaction(self.sessions) as session:
             view = worker_gateway.view_message(session, job_id)
         if view.job is None:
-            if view.state is None:
-                log.warning("message for unknown job %s dropped", job_id)
-            else:
-                log.info("message for job %s dropped: it is %s", job_id, view.state)
+            log.log(logging.WARNING if view.state is None else logging.INFO, "message for job %s dropped: it is %s",
+                    job_id, view.state or "unknown")  # fmt: skip
             return "dropped"
         fleet = self.live_workers()
         if view.job.needed > self.pool.size or (
@@ -94,21 +91,25 @@ class JobRunner:
             if first.id != job_id:
                 log.info("job %s goes before job %s (older); job %s gets a new message", first.id, job_id, job_id)
                 self.send_again(job_id)
-            claimed = self._claim(first)
-            if isinstance(claimed, str):
-                return claimed
-            if claimed.missing_checkpoint is not None:
-                if claimed.node_rank == 0:
-                    failed = StateChange(state="failed", stop_reason="error", error=claimed.missing_checkpoint)
-                    self._report(claimed.id, claimed.attempt, failed)
-                return "ran"
-            try:
-                self._launch_and_watch(self._run_request(claimed, list(lease.ids)))
-            finally:
-                self.launchers.replenish()  # the next job's launcher warms while the slot is idle
-            return "ran"
+            return self._claim_and_run(first, list(lease.ids))
         finally:
+            # The watch has ended the launcher's process group by now, whatever happened to it.
             self.pool.release(lease)
+
+    def _claim_and_run(self, job: QueuedJob, devices: list[int]) -> str:
+        claimed = self._claim(job)
+        if isinstance(claimed, str):
+            return claimed
+        if claimed.missing_checkpoint is not None:
+            if claimed.node_rank == 0:
+                failed = StateChange(state="failed", stop_reason="error", error=claimed.missing_checkpoint)
+                self._report(claimed.id, claimed.attempt, failed)
+            return "ran"
+        try:
+            self._launch_and_watch(self._run_request(claimed, devices))
+        finally:
+            self.launchers.replenish()  # the next job's launcher warms while the slot is idle
+        return "ran"
 
     def _claim(self, job: QueuedJob) -> worker_gateway.ClaimedJob | str:
         """The job, claimed for this worker (or this worker's node of it): or why not."""
@@ -191,48 +192,14 @@ class JobRunner:
             launcher = self.launchers.start_launcher(request)
             log.info("job %s attempt %d: launcher pid %d", request.job_id, request.attempt, launcher.pid)
             supervision.on_exit(launcher, woken.set)
-            renew_every = self.settings.lease_seconds / 3
-            next_renewal = time.monotonic() + renew_every
-            while True:
-                woken.wait(max(0.0, next_renewal - time.monotonic()))
-                woken.clear()  # before reading: a notice from here on wakes the next wait
-                if launcher.poll() is not None:
-                    break
-                renew_for = self.settings.lease_seconds if time.monotonic() >= next_renewal else None
-                with transaction(self.sessions) as session:
-                    lease = worker_gateway.check_lease(
-                        session, request.job_id, self.hostname, request.attempt, renew_for
-                    )
-                if renew_for is not None:
-                    next_renewal = time.monotonic() + renew_every
-                if lease.state in TERMINAL_STATES and lease.same_attempt:
-                    # The launcher reported the end (and the collector applied it) a moment before
-                    # exiting: let it finish.
-                    supervision.wait_or_end(launcher)
-                    return
-                if not lease.ours:
-                    log.warning("job %s: lease lost (taken over or requeued); ending its launcher", request.job_id)
-                    supervision.end_process_group(launcher)
-                    return
-                if lease.state == "cancelling":
-                    supervision.end_process_group(launcher)
-                    if request.node_rank == 0:  # one report for the whole job
-                        cancelled = StateChange(state="cancelled", stop_reason="cancelled")
-                        self._report(request.job_id, request.attempt, cancelled)
-                    log.info("job %s cancelled", request.job_id)
-                    return
-        if launcher.returncode != 0:
-            # The launcher reports the final state itself; it exits non-zero only when it could not.
-            self._report(
-                request.job_id,
-                request.attempt,
-                StateChange(
-                    state="failed",
-                    stop_reason="error",
-                    error=f"launcher exited with code {launcher.returncode}; "
-                    f"see launcher.log of attempt {request.attempt}",
-                ),
+            cancelled = StateChange(state="cancelled", stop_reason="cancelled")
+            outcome = self.watch.watch(
+                request, launcher, woken, lambda: self._report(request.job_id, request.attempt, cancelled)
             )
+        if outcome.how == "exited" and launcher.returncode != 0:
+            # The launcher reports the final state itself; it exits non-zero only when it could not.
+            error = f"launcher exited with code {launcher.returncode}; see launcher.log of attempt {request.attempt}"
+            self._report(request.job_id, request.attempt, StateChange(state="failed", stop_reason="error", error=error))
 
     def _notices_for(self, job_id: str) -> AbstractContextManager[threading.Event]:
         if self.notices is None:

@@ -6,7 +6,8 @@ import ctypes
 import logging
 import math
 import signal
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import anyio.to_thread
@@ -15,6 +16,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
+from sqlalchemy import Engine
 
 from trainjobs.connections import async_redis_client, redis_client
 from trainjobs.jobs.db import make_engine, make_session_factory
@@ -40,6 +42,41 @@ PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or load_settings()
+    state, engines = _app_state(settings)
+    # Swagger's page loads its scripts from a CDN, on the origin whose sessionStorage holds the
+    # dashboard's token: off unless asked for. /openapi.json is always served.
+    app = FastAPI(
+        title="trainjobs",
+        version="0.1.0",
+        lifespan=_lifespan(state, engines),
+        description="Submit PyTorch training jobs over HTTP; workers train them with DDP.",
+        docs_url="/docs" if settings.api_docs else None,
+        redoc_url=None,
+    )
+    app.state.trainjobs = state
+    app.state.api_metrics = ApiMetrics()
+    _install_middleware(app, settings, state)
+    for router in ROUTERS:
+        app.include_router(router)
+    _install_error_answers(app)
+    install_dashboard(app)
+    return app
+
+
+ROUTERS = (
+    health.router,
+    prometheus.router,
+    jobs.router,
+    metrics.router,
+    checkpoints.router,
+    catalog.router,
+    workers.router,
+)
+
+
+def _app_state(settings: Settings) -> tuple[AppState, set[Engine]]:
+    """The process's pools and clients: SQL engines (on SQLite a read-only one for GETs), one
+    Redis client, the dispatcher, the job cache and the checkpoint store."""
     engine = make_engine(settings.sql_url)
     read_engine = make_engine(settings.sql_url, read_only=True) if settings.sql_url.startswith("sqlite") else engine
     client = redis_client(settings)
@@ -53,53 +90,30 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         job_cache=JobCache(async_redis_client(settings), settings.keys),
         checkpoint_store=CheckpointStore(settings.checkpoint_store),
     )
+    return state, {engine, read_engine}
+
+
+def _lifespan(state: AppState, engines: set[Engine]) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Start the background loop (collector, sweeps) with the app; close the pools after it."""
+    settings = state.settings
 
     @asynccontextmanager
-    async def lifespan(_app: FastAPI):
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         # The limiter belongs to the running event loop, so it is set here, not at import.
         anyio.to_thread.current_default_thread_limiter().total_tokens = settings.api_threads
-        loop = (
-            BackgroundLoop(settings, sessions, state.dispatcher, state.redis, state.checkpoint_store)
-            if settings.run_background
-            else None
-        )
-        if loop:
+        loop = None
+        if settings.run_background:
+            loop = BackgroundLoop(settings, state.sessions, state.dispatcher, state.redis, state.checkpoint_store)
             loop.start()
         yield
         if loop:
             loop.stop()
-        engine.dispose()
-        read_engine.dispose()
+        for engine in engines:
+            engine.dispose()
         state.redis.close()
         await state.job_cache.client.aclose()
 
-    # Swagger's page loads its scripts from a CDN, on the origin whose sessionStorage holds the
-    # dashboard's token: off unless asked for. /openapi.json is always served.
-    docs = settings.api_docs
-    app = FastAPI(
-        title="trainjobs",
-        version="0.1.0",
-        lifespan=lifespan,
-        description="Submit PyTorch training jobs over HTTP; workers train them with DDP.",
-        docs_url="/docs" if docs else None,
-        redoc_url=None,
-    )
-    app.state.trainjobs = state
-    app.state.api_metrics = ApiMetrics()
-    _install_middleware(app, settings, state)
-    for router in (
-        health.router,
-        prometheus.router,
-        jobs.router,
-        metrics.router,
-        checkpoints.router,
-        catalog.router,
-        workers.router,
-    ):
-        app.include_router(router)
-    _install_error_answers(app)
-    install_dashboard(app)
-    return app
+    return lifespan
 
 
 def create_app_in_worker_process() -> FastAPI:

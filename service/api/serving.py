@@ -119,28 +119,40 @@ def serve_in_processes(config: uvicorn.Config, processes: int) -> None:
             checking = time.monotonic() >= next_check
             if checking:
                 next_check = time.monotonic() + HEALTH_CHECK_SECONDS
-            for index, server in enumerate(servers):
-                exitcode = server.process.exitcode
-                if exitcode == STARTUP_FAILURE:
-                    log.error("API process [%s] failed to start; stopping", server.process.pid)
-                    raise SystemExit(STARTUP_FAILURE)
-                if exitcode is None and (not checking or server.answers(config.timeout_worker_healthcheck)):
-                    continue
-                log.warning("API process [%s] died or stopped answering; starting another", server.process.pid)
-                server.end(kill=True)
-                servers[index] = ServerProcess(config, sockets)
+            _replace_the_lost(servers, config, sockets, checking)
     finally:
-        for server in servers:
-            if server.process.is_alive():
-                server.process.terminate()
-        for server in servers:
-            server.end()
+        _end_all(servers)
         signal.set_wakeup_fd(previous_wakeup_fd)
         for sig, handler in previous_handlers.items():
             signal.signal(sig, handler)
         wake_reader.close()
         wake_writer.close()
         log.info("Stopped parent process")
+
+
+def _replace_the_lost(
+    servers: list[ServerProcess], config: uvicorn.Config, sockets: list[socket.socket], checking: bool
+) -> None:
+    """Start another for each server that died (or, when `checking`, stopped answering); stop
+    everything when one could not start at all."""
+    for index, server in enumerate(servers):
+        exitcode = server.process.exitcode
+        if exitcode == STARTUP_FAILURE:
+            log.error("API process [%s] failed to start; stopping", server.process.pid)
+            raise SystemExit(STARTUP_FAILURE)
+        if exitcode is None and (not checking or server.answers(config.timeout_worker_healthcheck)):
+            continue
+        log.warning("API process [%s] died or stopped answering; starting another", server.process.pid)
+        server.end(kill=True)
+        servers[index] = ServerProcess(config, sockets)
+
+
+def _end_all(servers: list[ServerProcess]) -> None:
+    for server in servers:
+        if server.process.is_alive():
+            server.process.terminate()
+    for server in servers:
+        server.end()
 
 
 def _run_server_process(config: uvicorn.Config, sockets: list[socket.socket], health: Connection) -> None:

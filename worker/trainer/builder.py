@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LRScheduler
-from torch.utils.data import DataLoader, DistributedSampler, Subset
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 from trainjobs.contract.spec import JobSpec
 from trainjobs.worker.trainer.catalog import build_datasets, build_model, uses_channels_last
@@ -39,25 +39,12 @@ def build_parts(spec: JobSpec, rank: RankContext, data_root: Path) -> TrainingPa
     device = rank.device
     torch.manual_seed(spec.seed)  # the same initial weights on every rank
     full_set, train_set, val_set = build_datasets(spec.data.name, spec.data.params, data_root)
-    train_sampler = DistributedSampler(
-        train_set, num_replicas=rank.world_size, rank=rank.rank, shuffle=True, seed=spec.seed
-    )
-    # Validation is sharded without padding so every sample counts exactly once.
-    val_shard = Subset(val_set, range(rank.rank, len(val_set), rank.world_size))
-    # DataParallel splits each batch over its GPUs inside one process: it loads all of them.
-    batch_size = spec.batch_size * (spec.gpus if spec.strategy == "dp" else 1)
-    loader_options = _loader_options(spec.data.params, device)
-    train_loader = DataLoader(train_set, batch_size=batch_size, sampler=train_sampler, **loader_options)
-    val_loader = DataLoader(val_shard, batch_size=batch_size, **loader_options)
-
+    train_loader, train_sampler, val_loader = _loaders(spec, rank, train_set, val_set)
     # cudnn autotuning (seed 003) for convolutional models on cuda, whose inputs have a fixed size:
     # it picks the fastest kernels, which may differ from run to run (see docs/design.md on resume).
-    torch.backends.cudnn.benchmark = device.type == "cuda" and uses_channels_last(spec.model.name)
-    memory_format = (
-        torch.channels_last
-        if device.type == "cuda" and uses_channels_last(spec.model.name)
-        else torch.contiguous_format
-    )
+    convolutional_on_cuda = device.type == "cuda" and uses_channels_last(spec.model.name)
+    torch.backends.cudnn.benchmark = convolutional_on_cuda
+    memory_format = torch.channels_last if convolutional_on_cuda else torch.contiguous_format
     model = build_model(spec.model.name, spec.model.params, full_set).to(device, memory_format=memory_format)
     wrapped: nn.Module
     if spec.strategy == "dp":
@@ -78,6 +65,23 @@ def build_parts(spec: JobSpec, rank: RankContext, data_root: Path) -> TrainingPa
         memory_format=memory_format,
         steps_per_epoch=steps_per_epoch,
     )
+
+
+def _loaders(
+    spec: JobSpec, rank: RankContext, train_set: Dataset, val_set: Dataset
+) -> tuple[DataLoader, DistributedSampler, DataLoader]:
+    """This rank's shard of the training set (shuffled per epoch, the same order on every rank)
+    and of the validation set (without padding, so every sample counts exactly once)."""
+    train_sampler = DistributedSampler(
+        train_set, num_replicas=rank.world_size, rank=rank.rank, shuffle=True, seed=spec.seed
+    )
+    val_shard = Subset(val_set, range(rank.rank, len(val_set), rank.world_size))
+    # DataParallel splits each batch over its GPUs inside one process: it loads all of them.
+    batch_size = spec.batch_size * (spec.gpus if spec.strategy == "dp" else 1)
+    loader_options = _loader_options(spec.data.params, rank.device)
+    train_loader = DataLoader(train_set, batch_size=batch_size, sampler=train_sampler, **loader_options)
+    val_loader = DataLoader(val_shard, batch_size=batch_size, **loader_options)
+    return train_loader, train_sampler, val_loader
 
 
 def _build_optimizer(spec: JobSpec, model: nn.Module) -> torch.optim.Optimizer:

@@ -144,11 +144,14 @@ class Trainer:
                 self.optimizer.zero_grad(set_to_none=True)
                 self.scheduler.step()
                 self.telemetry.optimizer_step(samples)
-        bad_step = int(first_bad_step.item())
-        if bad_step >= 0 and spec.precision != "fp16":
-            raise FloatingPointError(f"loss is not finite at epoch {epoch}, step {bad_step + 1} of {n_batches}")
+        self._fail_if_diverged(epoch, int(first_bad_step.item()), n_batches)
         total_loss, total_samples = all_reduce_sum([loss_sum.item(), samples], device)
         return total_loss / max(total_samples, 1), int(total_samples)
+
+    def _fail_if_diverged(self, epoch: int, bad_step: int, n_batches: int) -> None:
+        """fp32 and bf16: a non-finite loss fails the job. fp16: the scaler skips such steps."""
+        if bad_step >= 0 and self.spec.precision != "fp16":
+            raise FloatingPointError(f"loss is not finite at epoch {epoch}, step {bad_step + 1} of {n_batches}")
 
     @torch.no_grad()
     def evaluate(self) -> tuple[float, float]:
