@@ -17,11 +17,15 @@ def run_migrations_offline() -> None:
 
 
 def run_migrations_online() -> None:
-    engine = make_engine(url)
+    engine = make_engine(url, migrating=True)  # SQLite: foreign keys off while tables are rebuilt
     with engine.connect() as connection:
         context.configure(connection=connection, target_metadata=Base.metadata, render_as_batch=True)
         with context.begin_transaction():
             context.run_migrations()
+            if connection.dialect.name == "sqlite":
+                broken = connection.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                if broken:  # what the foreign keys would have refused: roll the migration back
+                    raise RuntimeError(f"the migration left rows whose foreign keys point nowhere: {broken[:5]}")
     engine.dispose()
 
 

@@ -178,9 +178,13 @@ def apply_event(
         case EpochMetrics():
             lifecycle.record_epoch(session, job, event.attempt, payload)
         case CheckpointRecord():
-            lifecycle.record_checkpoint(session, job, payload)
+            if not lifecycle.record_checkpoint(session, job, event.attempt, payload):
+                log.info("checkpoint %s of job %s's attempt %d ignored: it is at %d", payload.id, job.id,
+                         event.attempt, job.attempt)  # fmt: skip
         case CheckpointRemoved():
-            lifecycle.remove_checkpoint(session, job, payload.id)
+            if not lifecycle.remove_checkpoint(session, job, event.attempt, payload.id):
+                log.info("removal of checkpoint %s by job %s's attempt %d ignored: it is at %d", payload.id, job.id,
+                         event.attempt, job.attempt)  # fmt: skip
         case Progress():
             lifecycle.record_progress(session, job, event.attempt, payload)
         case LogLines():

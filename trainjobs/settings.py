@@ -22,6 +22,13 @@ class Settings(BaseSettings):
     database_url: str | None = Field(None, description="SQLAlchemy URL; SQLite under home if unset")
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_timeout_seconds: float = Field(10.0, gt=0.0, description="Redis connect and read timeout")
+    sql_timeout_seconds: float = Field(
+        30.0,
+        gt=0.0,
+        le=3600.0,
+        description="how long SQL may take: SQLite's wait for its write lock, PostgreSQL's connect and statement "
+        "timeouts",
+    )
     namespace: str = Field(
         "trainjobs",
         pattern=r"^[A-Za-z0-9_.-]{1,64}$",

@@ -43,7 +43,8 @@ def create_worker_app(settings: Settings, pool: DevicePool, hostname: str, clien
         app.send_task(RUN_JOB_TASK, args=[job_id], queue=queue)
 
     # The worker changes jobs too (claim, join, requeue): its changes reach pollers' ETags.
-    sessions = make_session_factory(make_engine(settings.sql_url), JobCacheWriter(client, settings.keys))
+    engine = make_engine(settings.sql_url, timeout_seconds=settings.sql_timeout_seconds)
+    sessions = make_session_factory(engine, JobCacheWriter(client, settings.keys))
     runner = JobRunner(
         settings,
         sessions,

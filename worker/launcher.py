@@ -121,8 +121,6 @@ def launch(request: RunRequest, parent_pid: int | None = None, client: redis.Red
     """Run this node's ranks of one attempt; return the final state to report, or None: the
     worker that started us (`parent_pid`, when given) is gone, or this is a node other than 0
     whose ranks all finished (node 0 reports the job's end)."""
-    spec = request.spec
-    deadline = time.monotonic() + spec.max_runtime_seconds if spec.max_runtime_seconds else None
     warm_up()  # at once when the worker started us ahead of the job
     try:
         rendezvous = Rendezvous(request, client)
@@ -139,37 +137,40 @@ def launch(request: RunRequest, parent_pid: int | None = None, client: redis.Red
     )
     parent = ParentWatch(parent_pid)
     try:
-        while True:
-            # Asleep until a rank exits, the worker goes or the deadline passes, rather than waking
-            # twice a second for nothing beside the job's ranks.
-            timeouts = [parent.poll_seconds] if parent.poll_seconds is not None else []
-            if deadline is not None:
-                timeouts.append(max(0.0, deadline - time.monotonic()))
-            multiprocessing.connection.wait([*context.sentinels, *parent.fds], timeout=min(timeouts, default=None))
-            try:
-                if context.join(timeout=0):
-                    break
-            except mp.ProcessExitedException as error:
-                return _failure_or_late_success(request, error.error_index, error.exit_code)
-            except mp.ProcessRaisedException as error:
-                return _failure_or_late_success(request, error.error_index, 1)
-            if parent.gone():
-                log.error("worker %s is gone; ending ranks", parent_pid)
-                return None
-            if deadline is not None and time.monotonic() > deadline:
-                return StateChange(
-                    state="failed",
-                    stop_reason="timeout",
-                    error=f"ran past max_runtime_seconds={spec.max_runtime_seconds}",
-                )
+        outcome = _watch_ranks(request, context, parent)
     finally:
         parent.close()
         _end_ranks(context)
-    if request.node_rank > 0:
-        return None
+    if outcome is not None or parent.gone() or request.node_rank > 0:
+        return outcome
     return _success(request) or StateChange(
         state="failed", stop_reason="error", error="all ranks exited but rank 0 wrote no result"
     )
+
+
+def _watch_ranks(request: RunRequest, context, parent: ParentWatch) -> StateChange | None:
+    """Asleep until a rank exits, the worker goes or the deadline passes, rather than waking twice
+    a second for nothing beside the job's ranks. None when the ranks all ended or the worker went;
+    else the state to report (a rank failed, or the job ran past its time)."""
+    runtime = request.spec.max_runtime_seconds
+    deadline = time.monotonic() + runtime if runtime else None
+    while True:
+        timeouts = [parent.poll_seconds] if parent.poll_seconds is not None else []
+        if deadline is not None:
+            timeouts.append(max(0.0, deadline - time.monotonic()))
+        multiprocessing.connection.wait([*context.sentinels, *parent.fds], timeout=min(timeouts, default=None))
+        try:
+            if context.join(timeout=0):
+                return None
+        except mp.ProcessExitedException as error:
+            return _failure_or_late_success(request, error.error_index, error.exit_code)
+        except mp.ProcessRaisedException as error:
+            return _failure_or_late_success(request, error.error_index, 1)
+        if parent.gone():
+            log.error("worker %s is gone; ending ranks", parent.parent_pid)
+            return None
+        if deadline is not None and time.monotonic() > deadline:
+            return StateChange(state="failed", stop_reason="timeout", error=f"ran past max_runtime_seconds={runtime}")
 
 
 class ParentWatch:

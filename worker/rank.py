@@ -12,10 +12,15 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 
 from trainjobs.contract.run import RankResult, RunRequest
+
+if TYPE_CHECKING:
+    from trainjobs.worker.trainer.distributed import RankContext
+    from trainjobs.worker.trainer.trainer import Trainer
 
 
 def run_rank(local_rank: int, request: RunRequest, store_host: str, store_port: int) -> None:
@@ -50,16 +55,10 @@ def train_rank(
 ) -> str:
     """Set up this rank's process group, build the job's parts, train; return the stop reason."""
     # Imported here: the spawned interpreter pays for torch only once it is a rank.
-    from pathlib import Path
 
     import torch
 
-    from trainjobs.worker.reporter import reporter_for
-    from trainjobs.worker.trainer.builder import build_parts
-    from trainjobs.worker.trainer.checkpoints import Checkpointer, storage_at
     from trainjobs.worker.trainer.distributed import init_rank
-    from trainjobs.worker.trainer.telemetry import EpochTelemetry
-    from trainjobs.worker.trainer.trainer import Trainer
 
     spec = request.spec
     context = init_rank(
@@ -79,8 +78,28 @@ def train_rank(
         + (f", node {request.node_rank} of {request.nodes} on {request.hostname}" if request.nodes > 1 else ""),
         flush=True,
     )
+    trainer = _trainer(request, context)
+    stop_reason = trainer.fit()
+    # Every rank reaches this barrier only after rank 0 wrote and reported its last checkpoint.
+    dist.barrier()
+    print(f"rank {rank} done after epoch {trainer.epoch}: {stop_reason}", flush=True)
+    return stop_reason
+
+
+def _trainer(request: RunRequest, context: RankContext) -> Trainer:
+    """The job's trainer on this rank, given its parts, and resumed or initialised as asked."""
+    from pathlib import Path
+
+    from trainjobs.worker.reporter import reporter_for
+    from trainjobs.worker.trainer.builder import build_parts
+    from trainjobs.worker.trainer.checkpoints import Checkpointer, storage_at
+    from trainjobs.worker.trainer.telemetry import EpochTelemetry
+    from trainjobs.worker.trainer.trainer import Trainer
+
+    spec = request.spec
     report = reporter_for(request).send if context.is_main else None
-    checkpointer = Checkpointer(storage_at(request.checkpoint_dir), request.job_id, spec.checkpoint.keep_last, report)
+    storage = storage_at(request.checkpoint_dir)
+    checkpointer = Checkpointer(storage, request.job_id, request.attempt, spec.checkpoint.keep_last, report)
     parts = build_parts(spec, context, Path(request.data_root))
     telemetry = EpochTelemetry(
         context.device, spec.world_size, spec.epochs, parts.steps_per_epoch, report, request.progress_interval_seconds
@@ -92,11 +111,7 @@ def train_rank(
     elif request.init_path:
         skipped = trainer.load_weights(checkpointer.load(request.init_path)["model"])
         print(f"initialised from {request.init_path}; skipped keys: {skipped or 'none'}", flush=True)
-    stop_reason = trainer.fit()
-    # Every rank reaches this barrier only after rank 0 wrote and reported its last checkpoint.
-    dist.barrier()
-    print(f"rank {rank} done after epoch {trainer.epoch}: {stop_reason}", flush=True)
-    return stop_reason
+    return trainer
 
 
 def _redirect_output(request: RunRequest, rank: int) -> None:

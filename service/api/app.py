@@ -77,8 +77,10 @@ ROUTERS = (
 def _app_state(settings: Settings) -> tuple[AppState, set[Engine]]:
     """The process's pools and clients: SQL engines (on SQLite a read-only one for GETs), one
     Redis client, the dispatcher, the job cache and the checkpoint store."""
-    engine = make_engine(settings.sql_url)
-    read_engine = make_engine(settings.sql_url, read_only=True) if settings.sql_url.startswith("sqlite") else engine
+    timeout = settings.sql_timeout_seconds
+    engine = make_engine(settings.sql_url, timeout_seconds=timeout)
+    sqlite = settings.sql_url.startswith("sqlite")
+    read_engine = make_engine(settings.sql_url, read_only=True, timeout_seconds=timeout) if sqlite else engine
     client = redis_client(settings)
     sessions = make_session_factory(engine, JobCacheWriter(client, settings.keys))
     state = AppState(

@@ -148,7 +148,7 @@ def test_a_new_best_checkpoint_unmarks_the_previous_one(database_url, namespace)
             sha256="0" * 64,
             is_best=best,
             created_at=datetime.now(UTC),
-            path=checkpoint_path(job_id, checkpoint_id(job_id, epoch)),
+            path=checkpoint_path(job_id, checkpoint_id(job_id, epoch), 1),
         )
 
     for epoch in (1, 2):

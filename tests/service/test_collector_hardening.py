@@ -31,7 +31,7 @@ def checkpoint(job_id: str, epoch: int) -> CheckpointRecord:
         sha256="0" * 64,
         is_best=False,
         created_at=datetime.now(UTC),
-        path=checkpoint_path(job_id, checkpoint_id(job_id, epoch)),
+        path=checkpoint_path(job_id, checkpoint_id(job_id, epoch), 1),
     )
 
 
@@ -77,7 +77,10 @@ def test_bad_entries_are_set_aside_and_the_events_behind_them_apply(stream_setup
         raw(
             alice_job,
             "checkpoint",
-            {**checkpoint(alice_job, 2).model_dump(mode="json"), "path": f"{bob_job}/{bob_job}-e0001.pt"},
+            {
+                **checkpoint(alice_job, 2).model_dump(mode="json"),
+                "path": checkpoint_path(bob_job, f"{bob_job}-e0001", 1),
+            },
         ),  # bob's file
         raw(alice_job, "checkpoint_removed", {"id": f"{bob_job}-e0001"}),  # scoped to alice: no-op
         raw(alice_job, "nonsense", {}),
@@ -94,7 +97,7 @@ def test_bad_entries_are_set_aside_and_the_events_behind_them_apply(stream_setup
         assert [row.epoch for row in epoch_metrics.for_job(session, alice_job)] == [1]
         bobs = checkpoints.for_job(session, bob_job)
         assert [(row.id, row.job_id, row.path) for row in bobs] == [
-            (f"{bob_job}-e0001", bob_job, f"{bob_job}/{bob_job}-e0001.pt")
+            (f"{bob_job}-e0001", bob_job, checkpoint_path(bob_job, f"{bob_job}-e0001", 1))
         ]
         assert checkpoints.for_job(session, alice_job) == []
     # All but the scoped removal (which applied, and changed nothing) are set aside, with why.

@@ -53,7 +53,7 @@ def ended_job_with_results(api, headers, sessions, store_root: Path) -> tuple[st
         job_logs.append(session, job_id, 1, LogLines(rank=0, first_line=0, lines=["hello"]), cap=100)
         for epoch in (1, 2):
             checkpoint, content = checkpoint_id(job_id, epoch), f"weights {epoch}".encode()
-            path = store_root / checkpoint_path(job_id, checkpoint)
+            path = store_root / checkpoint_path(job_id, checkpoint, 1)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(content)
             record = CheckpointRecord(
@@ -63,9 +63,9 @@ def ended_job_with_results(api, headers, sessions, store_root: Path) -> tuple[st
                 sha256=hashlib.sha256(content).hexdigest(),
                 is_best=epoch == 1,
                 created_at=datetime.now(UTC),
-                path=checkpoint_path(job_id, checkpoint),
+                path=checkpoint_path(job_id, checkpoint, 1),
             )
-            lifecycle.record_checkpoint(session, job, record)
+            lifecycle.record_checkpoint(session, job, 1, record)
             ids.append(checkpoint)
     assert api.post(f"/v1/jobs/{job_id}/cancel", headers=headers).json()["state"] == "cancelled"
     return job_id, ids
@@ -92,7 +92,7 @@ def test_deleting_an_ended_job_removes_it_with_its_results_and_files(api, alice,
     assert all(
         before[table] for table in ("jobs", "epoch_metrics", "checkpoints", "job_events", "job_log_lines", "job_labels")
     )
-    assert len(list((store_root / job_id).iterdir())) == 2
+    assert len(list((store_root / job_id).glob("a*/*.pt"))) == 2
 
     response = api.delete(f"/v1/jobs/{job_id}", headers=alice)
     assert response.status_code == 204 and response.content == b""

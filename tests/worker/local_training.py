@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from trainjobs.contract.checkpoints import checkpoint_id, checkpoint_path
 from trainjobs.contract.events import StateChange
 from trainjobs.contract.run import RunRequest
 from trainjobs.contract.spec import JobSpec
@@ -49,11 +50,11 @@ class LocalRun:
         return [json.loads(line) for line in lines]
 
     def checkpoint(self, epoch: int) -> dict:
-        path = self.workdir / "checkpoints" / self.job_id / f"{self.job_id}-e{epoch:04d}.pt"
+        path = self.workdir / "checkpoints" / checkpoint_path(self.job_id, checkpoint_id(self.job_id, epoch), 1)
         return torch.load(path, weights_only=True)
 
     def checkpoint_files(self) -> list[str]:
-        return sorted(path.name for path in (self.workdir / "checkpoints" / self.job_id).glob("*.pt"))
+        return sorted(path.name for path in (self.workdir / "checkpoints" / self.job_id).glob("a*/*.pt"))
 
 
 def run_locally(

@@ -18,7 +18,7 @@ def test_one_gradient_all_reduce_per_optimizer_step_with_accumulation(tmp_path):
     try:
         # 64 samples in micro-batches of 4: 16 backward passes, in groups of 3,3,3,3,3,1.
         spec = JobSpec.model_validate(mlp_spec(batch_size=4, accumulation_steps=3))
-        checkpointer = Checkpointer(storage_at(tmp_path), "hooked", keep_last=1, report=None)
+        checkpointer = Checkpointer(storage_at(tmp_path), "hooked", 1, keep_last=1, report=None)
         trainer = Trainer(spec, build_parts(spec, rank, tmp_path), rank, checkpointer)
         all_reduces = []
 

@@ -47,7 +47,7 @@ def test_four_epochs_equal_two_then_a_resume_for_two_more(tmp_path):
     # checkpoint is what the interrupted run would have left (the cosine spans all 4 epochs).
     first_half = run_locally(tmp_path, "first-half", spec)
     assert straight.outcome.state == "succeeded" and first_half.outcome.state == "succeeded"
-    resumed = run_locally(tmp_path, "first-half", spec, resume_path="first-half/first-half-e0002.pt")
+    resumed = run_locally(tmp_path, "first-half", spec, resume_path="first-half/a1/first-half-e0002.pt")
     assert resumed.outcome.state == "succeeded"
     assert_same_weights(straight.checkpoint(4)["model"], resumed.checkpoint(4)["model"], rtol=0)
     straight_losses = [(row["epoch"], row["train_loss"], row["val_loss"]) for row in straight.metrics]
@@ -100,7 +100,7 @@ def test_init_from_loads_matching_weights_and_reports_a_new_head(tmp_path):
         },
         optimizer={"name": "sgd", "lr": 1e-12, "momentum": 0.0},
     )
-    tuned = run_locally(tmp_path, "tuned", spec, init_path="source/source-e0001.pt")
+    tuned = run_locally(tmp_path, "tuned", spec, init_path="source/a1/source-e0001.pt")
     assert tuned.outcome.state == "succeeded"
     body = "layers.1.weight"
     torch.testing.assert_close(tuned.checkpoint(1)["model"][body], source.checkpoint(1)["model"][body])

@@ -58,7 +58,8 @@ def sql_transaction(settings: Settings | None = None) -> Iterator[Session]:
     """One transaction on the configured database, for commands that change no job (tokens)."""
     from trainjobs.jobs.db import make_engine, make_session_factory, transaction
 
-    engine = make_engine((settings or server_settings()).sql_url)
+    settings = settings or server_settings()
+    engine = make_engine(settings.sql_url, timeout_seconds=settings.sql_timeout_seconds)
     try:
         with transaction(make_session_factory(engine, job_cache=None)) as session:
             yield session

@@ -10,9 +10,12 @@ def checkpoint_id(job_id: str, epoch: int) -> str:
     return f"{job_id}-e{epoch:04d}"
 
 
-def checkpoint_path(job_id: str, checkpoint: str) -> str:
-    """Where a job's checkpoint lives, relative to the checkpoint store: under the job's folder."""
-    return f"{job_id}/{checkpoint}.pt"
+def checkpoint_path(job_id: str, checkpoint: str, attempt: int) -> str:
+    """Where an attempt of a job writes a checkpoint, relative to the checkpoint store: under the
+    job's folder, in its attempt's own. An attempt rotates out only files it wrote or inherited
+    from the checkpoint it resumed from, so an attempt that lives on after the job moved past it
+    (a worker cut off from SQL) can never delete the files of a later attempt."""
+    return f"{job_id}/a{attempt}/{checkpoint}.pt"
 
 
 def is_checkpoint_of(checkpoint: str, job_id: str) -> bool:

@@ -33,30 +33,56 @@ def _strict_json(value: object) -> str:
     return json.dumps(value, allow_nan=False)
 
 
-def make_engine(url: str, read_only: bool = False) -> Engine:
+DEFAULT_TIMEOUT_SECONDS = 30.0
+
+
+def make_engine(
+    url: str, read_only: bool = False, timeout_seconds: float = DEFAULT_TIMEOUT_SECONDS, migrating: bool = False
+) -> Engine:
+    """An engine whose statements give up after `timeout_seconds` (SQLite: waiting for the write
+    lock; PostgreSQL: opening a connection, and any one statement), and whose PostgreSQL
+    connections are kept alive, so a half-open connection fails instead of hanging.
+
+    `migrating`: SQLite's foreign keys are off, as Alembic's docs advise for batch operations:
+    rebuilding a table with them on would cascade its deletes into every table that refers to it."""
     if url.startswith("sqlite"):
         engine = create_engine(
             url,
-            connect_args={"check_same_thread": False, "timeout": 30},
+            connect_args={"check_same_thread": False, "timeout": timeout_seconds},
             pool_size=POOL_SIZE,
             max_overflow=MAX_OVERFLOW,
             json_serializer=_strict_json,
         )
-        event.listen(engine, "connect", _sqlite_connect)
+        busy_ms, foreign_keys = int(timeout_seconds * 1000), "OFF" if migrating else "ON"
+        event.listen(engine, "connect", lambda connection, _record: _sqlite_connect(connection, busy_ms, foreign_keys))
         begin = "BEGIN" if read_only else "BEGIN IMMEDIATE"
         event.listen(engine, "begin", lambda connection: connection.exec_driver_sql(begin))
         return engine
+    postgres_options: dict[str, object] = {
+        "connect_timeout": max(1, int(timeout_seconds)),
+        "keepalives": 1,
+        "keepalives_idle": 30,
+        "keepalives_interval": 10,
+        "keepalives_count": 3,
+    }
+    if not migrating:  # a migration of a big table may take longer than any one request
+        postgres_options["options"] = f"-c statement_timeout={int(timeout_seconds * 1000)}"
     return create_engine(
-        url, pool_pre_ping=True, pool_size=POOL_SIZE, max_overflow=MAX_OVERFLOW, json_serializer=_strict_json
+        url,
+        pool_pre_ping=True,
+        pool_size=POOL_SIZE,
+        max_overflow=MAX_OVERFLOW,
+        json_serializer=_strict_json,
+        connect_args=postgres_options,
     )
 
 
-def _sqlite_connect(dbapi_connection, _record) -> None:
+def _sqlite_connect(dbapi_connection, busy_ms: int, foreign_keys: str) -> None:
     dbapi_connection.isolation_level = None  # SQLAlchemy's "begin" event issues BEGIN itself
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
+    cursor.execute(f"PRAGMA foreign_keys={foreign_keys}")
     cursor.close()
 
 

@@ -315,19 +315,27 @@ def record_progress(session: Session, job: JobRow, attempt: int, progress: Progr
     job_cache.publish_after_commit(session, job)
 
 
-def record_checkpoint(session: Session, job: JobRow, record: CheckpointRecord) -> None:
-    """Rank 0 wrote a checkpoint. Its id and path must be the job's own (`<job>-e...`, a file
-    under `<job>/`): whoever can write to the stream must not move a row between jobs or point
-    it at another job's file."""
-    if not is_checkpoint_of(record.id, job.id) or record.path != checkpoint_path(job.id, record.id):
+def record_checkpoint(session: Session, job: JobRow, attempt: int, record: CheckpointRecord) -> bool:
+    """Rank 0 of attempt `attempt` wrote a checkpoint; False (nothing recorded) when the job has
+    moved on to a later attempt: that one's checkpoints are the job's now. Its id and path must
+    be the job's own (`<job>-e...`, its attempt's file under `<job>/`): whoever can write to the
+    stream must not move a row between jobs or point it at another job's file."""
+    if not is_checkpoint_of(record.id, job.id) or record.path != checkpoint_path(job.id, record.id, attempt):
         raise ForeignRecord(f"checkpoint {record.id!r} at {record.path!r} is not job {job.id}'s own")
+    if attempt != job.attempt:
+        return False
     checkpoints.record(session, job.id, record)
     if record.is_best:
         checkpoints.mark_best(session, job.id, record.id)
     timeline.checkpoint_recorded(session, job, {**record.model_dump(mode="json", exclude={"path"}), "job_id": job.id})
     job_cache.publish_after_commit(session, job)
+    return True
 
 
-def remove_checkpoint(session: Session, job: JobRow, checkpoint_id: str) -> None:
-    """Rank 0 rotated a checkpoint out (of its own job: another job's row is never touched)."""
+def remove_checkpoint(session: Session, job: JobRow, attempt: int, checkpoint_id: str) -> bool:
+    """Rank 0 of attempt `attempt` rotated a checkpoint out (of its own job: another job's row is
+    never touched); False when the job has moved on to a later attempt, whose rows stay."""
+    if attempt != job.attempt:
+        return False
     checkpoints.remove(session, job.id, checkpoint_id)
+    return True

@@ -95,10 +95,16 @@ class Checkpointer:
     change (`report`: the run's event reporter)."""
 
     def __init__(
-        self, storage: CheckpointStorage, job_id: str, keep_last: int, report: Callable[[BaseModel], None] | None
+        self,
+        storage: CheckpointStorage,
+        job_id: str,
+        attempt: int,
+        keep_last: int,
+        report: Callable[[BaseModel], None] | None,
     ):
         self.storage = storage
         self.job_id = job_id
+        self.attempt = attempt
         self.keep_last = keep_last
         self.report = report  # rank 0's reporter; other ranks never save
         self.kept: list[CheckpointRecord] = []
@@ -109,7 +115,7 @@ class Checkpointer:
         it, and rotate old ones out."""
         assert self.report is not None, "only rank 0 saves checkpoints"
         checkpoint = checkpoint_id(self.job_id, epoch)
-        relative = checkpoint_path(self.job_id, checkpoint)
+        relative = checkpoint_path(self.job_id, checkpoint, self.attempt)
         stored = self.storage.write(relative, {"format_version": FORMAT_VERSION, **state})
         record = CheckpointRecord(
             id=checkpoint,
