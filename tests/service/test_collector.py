@@ -6,7 +6,7 @@ import redis
 
 from devstack import REDIS_URL, job_sessions, tiny_wavenet_spec
 from trainjobs.contract.checkpoints import checkpoint_id, checkpoint_path
-from trainjobs.contract.events import CheckpointRecord, EpochMetrics, JobEvent, StateChange
+from trainjobs.contract.events import CheckpointRecord, CheckpointRemoved, EpochMetrics, JobEvent, StateChange
 from trainjobs.contract.redis_keys import RedisKeys
 from trainjobs.contract.spec import JobSpec
 from trainjobs.jobs.db import transaction
@@ -156,3 +156,35 @@ def test_a_new_best_checkpoint_unmarks_the_previous_one(database_url, namespace)
             apply_event(session, JobEvent.of(job_id, 1, record(epoch, best=True)))
     with transaction(sessions) as session:
         assert [(row.epoch, row.is_best) for row in checkpoints.for_job(session, job_id)] == [(1, False), (2, True)]
+
+
+def test_checkpoint_rows_of_an_attempt_the_job_moved_past_are_left_alone(database_url, namespace):
+    """A first attempt that lives on after the job was requeued (its worker cut off from SQL)
+    must not add rows, nor rotate out the rows of the attempt that took over."""
+    from datetime import UTC, datetime
+
+    from trainjobs.service.collector import apply_event
+
+    sessions = job_sessions(database_url, namespace)
+    job_id = make_job(sessions)
+
+    def record(epoch: int, attempt: int) -> CheckpointRecord:
+        checkpoint = checkpoint_id(job_id, epoch)
+        return CheckpointRecord(
+            id=checkpoint, epoch=epoch, size_bytes=1, sha256="0" * 64, is_best=False,
+            created_at=datetime.now(UTC), path=checkpoint_path(job_id, checkpoint, attempt),
+        )  # fmt: skip
+
+    with transaction(sessions) as session:
+        job = jobs.get(session, job_id)
+        job.state, job.attempt = "running", 2  # the first worker was lost; attempt 2 runs
+    for event in (
+        JobEvent.of(job_id, 2, record(1, attempt=2)),
+        JobEvent.of(job_id, 1, record(2, attempt=1)),  # the old attempt's later epoch
+        JobEvent.of(job_id, 1, CheckpointRemoved(id=checkpoint_id(job_id, 1))),  # ... and its rotation
+    ):
+        with transaction(sessions) as session:
+            apply_event(session, event)
+    with transaction(sessions) as session:
+        rows = [(row.id, row.path) for row in checkpoints.for_job(session, job_id)]
+    assert rows == [(checkpoint_id(job_id, 1), checkpoint_path(job_id, checkpoint_id(job_id, 1), 2))]
