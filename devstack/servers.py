@@ -62,8 +62,9 @@ class MotoS3:
 class PrivateRedis:
     """A redis-server of the test's own, on a free port, that the test may stop and restart."""
 
-    def __init__(self, directory: Path, password: str | None = None, host: str = "127.0.0.1"):
+    def __init__(self, directory: Path, password: str | None = None, host: str = "127.0.0.1", persist: bool = True):
         self.directory = directory
+        self.persist = persist  # append-only file on: a restart keeps the data
         self.port = free_port()
         self.password = password  # AUTH required when set (requirepass)
         self.host = host  # bound beside 127.0.0.1 (a bridge's address, for hosts in network namespaces)
@@ -88,7 +89,7 @@ class PrivateRedis:
                 "--save",
                 "",
                 "--appendonly",
-                "yes",
+                "yes" if self.persist else "no",
                 "--dir",
                 str(self.directory),
                 *(["--requirepass", self.password] if self.password else []),

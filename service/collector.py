@@ -68,7 +68,21 @@ class EventCollector:
         self._next_reclaim = 0.0  # monotonic; the first poll looks at once (a restart's pending entries)
 
     def poll(self, block_ms: int = 500, count: int = 100) -> int:
-        """Apply what is waiting (pending first, then new); return how many entries were handled."""
+        """Apply what is waiting (pending first, then new); return how many entries were handled.
+
+        A consumer group that is gone (destroyed, its stream deleted, Redis restarted without its
+        data) is made again at the next poll, from the stream's start: every entry still in the
+        stream is applied again, which changes nothing for those already applied."""
+        try:
+            return self._poll(block_ms, count)
+        except redis.ResponseError as error:
+            if "NOGROUP" not in str(error):
+                raise
+            log.warning("the collectors' consumer group is gone (%s); making it again", error)
+            self._group_ready, self._next_reclaim = False, 0.0
+            return 0
+
+    def _poll(self, block_ms: int, count: int) -> int:
         self._ensure_group()
         entries = self._reclaim_pending(count) if self._reclaim_due() else []
         if entries:
