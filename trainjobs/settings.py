@@ -108,6 +108,12 @@ class Settings(BaseSettings):
         description="how long an API process trusts a token it has checked: a revoked token stops working "
         "within this time (0: check SQL on every request)",
     )
+    streams_per_process: int = Field(
+        1000, ge=1, le=100_000, description="open /events and /logs?follow=true streams an API process serves"
+    )
+    streams_per_owner: int = Field(
+        50, ge=1, le=100_000, description="open streams one owner may hold in an API process; past it, 429"
+    )
     api_docs: bool = Field(False, description="serve Swagger's /docs page (its scripts come from a CDN)")
     cors_origins: str = Field("", description="comma-separated origins a dashboard may call the API from [none]")
     run_background: bool = Field(True, description="run the collector and sweeper inside the API process")

@@ -75,9 +75,7 @@ class JobRunner:
         with transaction(self.sessions) as session:
             view = worker_gateway.view_message(session, job_id)
         if view.job is None:
-            log.log(logging.WARNING if view.state is None else logging.INFO, "message for job %s dropped: it is %s",
-                    job_id, view.state or "unknown")  # fmt: skip
-            return "dropped"
+            return _dropped(job_id, view.state)
         fleet = self.live_workers()
         if view.job.needed > self.pool.size or (
             view.job.nodes > 1 and waiting_reason(view.job.device, view.job.needed, fleet, view.job.nodes)
@@ -208,3 +206,11 @@ class JobRunner:
 
     def _report(self, job_id: str, attempt: int, change: StateChange) -> None:
         self.reporter(job_id, attempt).send(change)
+
+
+def _dropped(job_id: str, state: str | None) -> str:
+    if state is None:
+        log.warning("message for unknown job %s dropped", job_id)
+    else:
+        log.info("message for job %s dropped: it is %s", job_id, state)
+    return "dropped"

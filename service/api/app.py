@@ -32,6 +32,7 @@ from trainjobs.service.api.routers import catalog, checkpoints, health, jobs, me
 from trainjobs.service.api.security_headers import SecurityHeadersMiddleware
 from trainjobs.service.background import BackgroundLoop
 from trainjobs.service.dispatch import Dispatcher
+from trainjobs.service.streams import Feeds, StreamLimits, TooManyStreams
 from trainjobs.settings import Settings, load_settings
 from trainjobs.store import CheckpointStore
 
@@ -91,6 +92,8 @@ def _app_state(settings: Settings) -> tuple[AppState, set[Engine]]:
         redis=client,
         job_cache=JobCache(async_redis_client(settings), settings.keys),
         checkpoint_store=CheckpointStore(settings.checkpoint_store),
+        streams=StreamLimits(settings.streams_per_process, settings.streams_per_owner),
+        feeds=Feeds(),
     )
     return state, {engine, read_engine}
 
@@ -170,6 +173,10 @@ def _install_error_answers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid_input(_request: Request, error: RequestValidationError) -> JSONResponse:
         return JSONResponse({"detail": _json_safe(jsonable_encoder(error.errors()))}, status_code=422)
+
+    @app.exception_handler(TooManyStreams)
+    async def _too_many_streams(_request: Request, error: TooManyStreams) -> JSONResponse:
+        return JSONResponse({"detail": str(error)}, status_code=429, headers={"Retry-After": str(error.retry_after)})
 
     @app.exception_handler(NotFound)
     async def _not_found(_request: Request, error: NotFound) -> JSONResponse:

@@ -22,6 +22,7 @@ from trainjobs.jobs.db import run_on_commit_callbacks
 from trainjobs.jobs.job_cache import JobCache
 from trainjobs.service.auth import Principal
 from trainjobs.service.dispatch import Dispatcher
+from trainjobs.service.streams import Feeds, StreamLimits
 from trainjobs.settings import Settings
 from trainjobs.store import CheckpointStore
 
@@ -35,6 +36,8 @@ class AppState:
     redis: redis.Redis  # the process's one Redis client
     job_cache: JobCache  # each job's version and document in Redis: polls without SQL
     checkpoint_store: CheckpointStore
+    streams: StreamLimits  # how many /events and /logs?follow streams may be open
+    feeds: Feeds  # one reader per job for all its streams
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from trainjobs.jobs.job_cache import CachedJob, cached_form
 from trainjobs.service import jobs, log_stream
 from trainjobs.service.api.deps import State, bearer_scheme, require_caller, unit_of_work
 from trainjobs.service.api.error_docs import errors
+from trainjobs.service.api.stream_response import AdmittedStream
 from trainjobs.service.sse import job_event_stream
 
 MAX_JOB_ID_LENGTH = 64  # longer is no job's id: not worth a Redis key
@@ -110,8 +111,9 @@ def job_events(
     with unit_of_work(request) as work:
         job = jobs.get_visible(work.session, work.caller, job_id)
     after = jobs.parse_last_event_id(last_event_id)
-    return StreamingResponse(
-        job_event_stream(state.read_sessions, job.id, after),
+    return AdmittedStream(
+        job_event_stream(state.read_sessions, state.feeds, job.id, after),
+        release=state.streams.admit(work.caller.owner),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -141,8 +143,9 @@ def job_logs(
         attempt = attempt or job.attempt
         if not follow:
             return PlainTextResponse(log_stream.attempt_text(work.session, job.id, attempt, tail))
-    return StreamingResponse(
-        log_stream.follow(state.read_sessions, job.id, attempt, tail),
+    return AdmittedStream(
+        log_stream.follow(state.read_sessions, state.feeds, job.id, attempt, tail),
+        release=state.streams.admit(work.caller.owner),
         media_type="text/plain; charset=utf-8",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
