@@ -179,6 +179,7 @@ class JobRunner:
             hostname=self.hostname,
             address=self.address,
             rendezvous_key=(self.settings.keys.rendezvous(claimed.id, claimed.attempt) if spec.nodes > 1 else None),
+            rendezvous_host=claimed.leader_address,
             socket_ifname=self.socket_ifname,
             process_group_timeout_seconds=self.settings.process_group_timeout_seconds,
             threads_per_rank=core_share(self.pool.size),

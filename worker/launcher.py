@@ -33,8 +33,10 @@ import multiprocessing.forkserver
 import os
 import re
 import signal
+import socket
 import sys
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -71,25 +73,53 @@ def warm_up() -> None:
     multiprocessing.forkserver.ensure_running()
 
 
-def rendezvous_store(world_size: int, timeout_seconds: float, host: str = "127.0.0.1") -> dist.TCPStore:
-    """The ranks' rendezvous, served by the launcher as torchrun's agent serves it.
+@dataclass(frozen=True)
+class ServedStore:
+    """A TCPStore and the listening socket it serves on (which must live as long as it does)."""
 
-    The store binds a port the kernel picks and keeps it. Probing for a free port and handing
-    its number to rank 0 to bind later would race with every other socket on the host (a
-    client's outgoing connection can take that port in between) and fail the job."""
-    return dist.TCPStore(
-        host, 0, world_size, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout_seconds)
+    store: dist.TCPStore
+    listener: socket.socket
+
+    @property
+    def port(self) -> int:
+        return int(self.store.port)
+
+
+def rendezvous_store(world_size: int, timeout_seconds: float, host: str = "127.0.0.1") -> ServedStore:
+    """The ranks' rendezvous, served by the launcher as torchrun's agent serves it, listening on
+    `host` alone (loopback for a one-node job, the worker's address for several nodes).
+
+    The listening socket is bound here, on a port the kernel picks, and handed to the store:
+    torch's store would otherwise listen on every interface of the host. Probing for a free port
+    and handing its number to rank 0 to bind later would race with every other socket on the host
+    (a client's outgoing connection can take that port in between) and fail the job."""
+    listener = socket.create_server((host, 0), family=_family_of(host), backlog=1024)
+    store = dist.TCPStore(
+        host,
+        listener.getsockname()[1],
+        world_size,
+        is_master=True,
+        wait_for_workers=False,
+        timeout=timedelta(seconds=timeout_seconds),
+        master_listen_fd=listener.fileno(),
     )
+    return ServedStore(store, listener)
+
+
+def _family_of(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
 
 
 class Rendezvous:
     """Where this node's ranks meet the others: a TCPStore, as torch ships it. One node: served
     here on loopback. Several: node 0's launcher serves it at its worker's address and publishes
-    "address:port" in Redis under the attempt's key; the other nodes' launchers read it there."""
+    "address:port" in Redis under the attempt's key; the other nodes' launchers read the port
+    there, and accept it only at the address node 0's worker recorded in SQL for this attempt
+    (`request.rendezvous_host`): whoever can write to Redis cannot point ranks elsewhere."""
 
     def __init__(self, request: RunRequest, client: redis.Redis | None):
         timeout = request.process_group_timeout_seconds
-        self.store: dist.TCPStore | None = None
+        self.store: ServedStore | None = None
         if request.nodes == 1:
             self.store = rendezvous_store(request.spec.world_size, timeout)
             self.host, self.port = "127.0.0.1", self.store.port
@@ -101,6 +131,15 @@ class Rendezvous:
         else:
             assert client is not None and request.rendezvous_key is not None
             self.host, self.port = _published(client, request.rendezvous_key, timeout)
+            if self.host != request.rendezvous_host:
+                raise RendezvousRefused(
+                    f"the rendezvous published for node 0 is at {self.host}, not at {request.rendezvous_host}, "
+                    "the address its worker recorded"
+                )
+
+
+class RendezvousRefused(Exception):
+    """The published rendezvous is not node 0's."""
 
 
 RENDEZVOUS_KEY_SECONDS = 24 * 3600
@@ -124,7 +163,7 @@ def launch(request: RunRequest, parent_pid: int | None = None, client: redis.Red
     warm_up()  # at once when the worker started us ahead of the job
     try:
         rendezvous = Rendezvous(request, client)
-    except TimeoutError as error:
+    except (TimeoutError, RendezvousRefused) as error:
         return StateChange(
             state="failed", stop_reason="error", error=f"node {request.node_rank} ({request.hostname}): {error}"
         )

@@ -32,6 +32,7 @@ class RunRequest(BaseModel):
     hostname: str = "local"  # the worker running this node, named in errors
     address: str = "127.0.0.1"
     rendezvous_key: str | None = None
+    rendezvous_host: str | None = None  # node 0's address, as its worker recorded it in SQL (other nodes)
     socket_ifname: str | None = None  # the interface of `address`, for gloo and NCCL
     # CPU threads each rank may use. A worker gives each of its slots an equal share of the
     # host's cores, so concurrent jobs never oversubscribe them; None (`trainjobs train`, which

@@ -40,6 +40,7 @@ class ClaimedJob:
     init_path: str | None
     missing_checkpoint: str | None = None  # why the job cannot start: it names a checkpoint that is gone
     node_rank: int = 0  # this worker's node of a multi-node job
+    leader_address: str | None = None  # where node 0's worker said its ranks are reached (multi-node)
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,9 @@ def gathering(session: Session, job_id: str, attempt: int, worker: str, lease_se
 
 def _gathering(session: Session, job: JobRow, worker: str, node_rank: int | None) -> Gathering:
     if job.state == "running" and node_rank is not None:
-        started = _with_checkpoints(session, job, node_rank)
+        members = job_nodes.of_attempt(session, job.id, job.attempt)
+        leader = next(member.address for member in members if member.node_rank == 0)
+        started = replace(_with_checkpoints(session, job, node_rank), leader_address=leader)
         return Gathering(state=job.state, node_rank=node_rank, attempt=job.attempt, started=started)
     return Gathering(state=job.state, node_rank=node_rank, attempt=job.attempt)
 
