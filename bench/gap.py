@@ -96,13 +96,7 @@ def run(configuration=CONFIGURATION, pairs: int = PAIRS, parts: list[str] = PART
             spec = wavenet_spec(ranks, precision, accumulation, EPOCHS, clips)
             for number in range(1, pairs + 1):
                 for part in parts:
-                    wait_until_quiet()
-                    if part.startswith("service"):
-                        figures = service_and_plain(
-                            stack, client, spec, scratch, threads, post_at_once=part.endswith("at once")
-                        )
-                    else:
-                        figures = part_and_plain(part, spec, scratch, threads, stack_roots)
+                    figures = _pair(stack, client, part, spec, scratch, threads, stack_roots)
                     print(
                         f"gap  pair {number}/{pairs}  {part} / plain: {figures['a_samples_per_s']:.2f} and "
                         f"{figures['b_samples_per_s']:.2f} samples/s, ratio {figures['ratio']:.3f}, "
@@ -112,21 +106,24 @@ def run(configuration=CONFIGURATION, pairs: int = PAIRS, parts: list[str] = PART
                     found[part].append(figures)
         finally:
             stack.stop()
-    return {
-        "gap": {
-            "configuration": {"ranks": ranks, "precision": precision, "accumulation": accumulation},
-            "clips": spec["data"]["params"]["num_samples"],
-            "rows": [
-                {
-                    "part": part,
-                    "pair_ratios": [round(run["ratio"], 4) for run in runs],
-                    "offsets_s": [run["offset_s"] for run in runs],
-                    **pooled([run["ratio"] for run in runs]),
-                }
-                for part, runs in found.items()
-            ],
+    rows = [
+        {
+            "part": part,
+            "pair_ratios": [round(run["ratio"], 4) for run in runs],
+            "offsets_s": [run["offset_s"] for run in runs],
+            **pooled([run["ratio"] for run in runs]),
         }
-    }
+        for part, runs in found.items()
+    ]
+    configured = {"ranks": ranks, "precision": precision, "accumulation": accumulation}
+    return {"gap": {"configuration": configured, "clips": spec["data"]["params"]["num_samples"], "rows": rows}}
+
+
+def _pair(stack, client, part: str, spec: dict, scratch: str, threads: int, stack_roots: list[int]) -> dict:
+    wait_until_quiet()
+    if part.startswith("service"):
+        return service_and_plain(stack, client, spec, scratch, threads, post_at_once=part.endswith("at once"))
+    return part_and_plain(part, spec, scratch, threads, stack_roots)
 
 
 def main() -> None:

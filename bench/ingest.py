@@ -33,7 +33,7 @@ def metrics_event(job_id: str, epoch: int) -> dict:
     return JobEvent.of(job_id, 1, payload).to_stream_fields()
 
 
-def run(databases=("sqlite", "postgresql"), jobs: int = 50, epochs: int = 40) -> list[dict]:
+def run(databases=("sqlite", "postgresql"), jobs: int = 50, epochs: int = 40) -> dict:
     rows = []
     for database in databases:
         with tempfile.TemporaryDirectory() as scratch, sql_database(database, Path(scratch)) as url:
@@ -43,26 +43,10 @@ def run(databases=("sqlite", "postgresql"), jobs: int = 50, epochs: int = 40) ->
             engine = make_engine(url)
             sessions = make_session_factory(engine, JobCacheWriter(client, keys))
             job_ids = [seed_jobs(url, 1, "bench") for _ in range(jobs)]
-            # Throughput: a backlog of jobs x epochs events, drained by one collector.
-            pipe = client.pipeline()
-            for epoch in range(1, epochs + 1):
-                for job_id in job_ids:
-                    pipe.xadd(keys.events, metrics_event(job_id, epoch))
-            pipe.execute()
             collector = EventCollector(client, sessions, keys, consumer="bench")
-            start = time.perf_counter()
-            while collector.poll(block_ms=50, count=200):
-                pass
-            seconds = time.perf_counter() - start
+            seconds = _drain_backlog(client, keys, collector, job_ids, epochs)
+            lags = _lags(client, keys, collector, sessions, job_ids[0], first_epoch=epochs + 1)
             total = jobs * epochs
-            # Lag: one event at a time while the collector waits on the stream.
-            lags = []
-            for epoch in range(epochs + 1, epochs + 31):
-                client.xadd(keys.events, metrics_event(job_ids[0], epoch))
-                collector.poll(block_ms=1000)
-                with transaction(sessions) as session:
-                    row = epoch_metrics.for_job(session, job_ids[0])[-1]
-                    lags.append(row.created_at.timestamp() - row.data["sent_at"])
             result = {
                 "database": database,
                 "events": total,
@@ -80,3 +64,28 @@ def run(databases=("sqlite", "postgresql"), jobs: int = 50, epochs: int = 40) ->
             clear_namespace(REDIS_URL, namespace)
             client.close()
     return {"ingest": rows}
+
+
+def _drain_backlog(client, keys: RedisKeys, collector: EventCollector, job_ids: list[str], epochs: int) -> float:
+    """Seconds one collector takes to persist a backlog of jobs x epochs events."""
+    pipe = client.pipeline()
+    for epoch in range(1, epochs + 1):
+        for job_id in job_ids:
+            pipe.xadd(keys.events, metrics_event(job_id, epoch))
+    pipe.execute()
+    start = time.perf_counter()
+    while collector.poll(block_ms=50, count=200):
+        pass
+    return time.perf_counter() - start
+
+
+def _lags(client, keys: RedisKeys, collector: EventCollector, sessions, job_id: str, first_epoch: int) -> list[float]:
+    """Report-to-row lag of 30 events sent one at a time while the collector waits on the stream."""
+    lags = []
+    for epoch in range(first_epoch, first_epoch + 30):
+        client.xadd(keys.events, metrics_event(job_id, epoch))
+        collector.poll(block_ms=1000)
+        with transaction(sessions) as session:
+            row = epoch_metrics.for_job(session, job_id)[-1]
+            lags.append(row.created_at.timestamp() - row.data["sent_at"])
+    return lags

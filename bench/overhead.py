@@ -59,44 +59,12 @@ def run(epochs: int = 3, repeats: int = 3, configurations=CONFIGURATIONS) -> dic
         stack, threads = default_stack(scratch, url)
         try:
             client = stack.client(stack.token("bench"))
-            for ranks, precision, accumulation in configurations:
-                clips = calibrated_clips(ranks, precision, threads)
-                spec = wavenet_spec(ranks, precision, accumulation, epochs, clips)
-                ours, plain, our_cpu, plain_cpu = [], [], [], []
-                for repeat in range(repeats):
-                    order = ("service", "plain") if repeat % 2 == 0 else ("plain", "service")
-                    for which in order:
-                        # Each run starts on a quiet machine: after a job the worker warms its next
-                        # launcher (seconds of imports), which would otherwise fall in the next run.
-                        wait_until_quiet()
-                        if which == "service":
-                            rates, cpu = service_run(client, spec)
-                            ours.append(steady(rates))
-                            our_cpu.append(cpu)
-                        else:
-                            rates, cpu = plain_run(spec, f"{scratch}/plain{repeat}.json", threads)
-                            plain.append(steady(rates))
-                            plain_cpu.append(cpu)
-                round_ratios = [service / plain for service, plain in zip(ours, plain, strict=True)]
-                row = {
-                    "ranks": ranks,
-                    "precision": precision,
-                    "accumulation": accumulation,
-                    "clips": clips,
-                    "epoch_seconds": round((clips * (1 - VAL_FRACTION)) / statistics.median(plain), 1),
-                    "service_samples_per_s": round(statistics.median(ours), 1),
-                    "plain_samples_per_s": round(statistics.median(plain), 1),
-                    "ratio": round(statistics.median(round_ratios), 3),
-                    "round_ratios": [round(ratio, 3) for ratio in round_ratios],
-                    "service_runs": [round(rate, 1) for rate in ours],
-                    "plain_runs": [round(rate, 1) for rate in plain],
-                    "service_cpu": median_figures(our_cpu),
-                    "plain_cpu": median_figures(plain_cpu),
-                }
+            for config in configurations:
+                row = _configuration(client, config, epochs, repeats, threads, scratch)
                 print(
-                    f"overhead  {ranks} rank(s) {precision} accumulation {accumulation} ({clips} clips): service "
-                    f"{row['service_samples_per_s']} samples/s, plain DDP {row['plain_samples_per_s']}, "
-                    f"ratio {row['ratio']} (rounds {row['round_ratios']})",
+                    f"overhead  {row['ranks']} rank(s) {row['precision']} accumulation {row['accumulation']} "
+                    f"({row['clips']} clips): service {row['service_samples_per_s']} samples/s, plain DDP "
+                    f"{row['plain_samples_per_s']}, ratio {row['ratio']} (rounds {row['round_ratios']})",
                     flush=True,
                 )
                 print(f"          cpu while training: service {row['service_cpu']}", flush=True)
@@ -105,6 +73,41 @@ def run(epochs: int = 3, repeats: int = 3, configurations=CONFIGURATIONS) -> dic
         finally:
             stack.stop()
     return {"overhead": rows, "scaling": scaling_of(rows)}
+
+
+def _configuration(client, config: tuple, epochs: int, repeats: int, threads: int, scratch: str) -> dict:
+    """`repeats` rounds of the service's job and the plain loop on one configuration, in
+    alternating order (service first in even rounds)."""
+    ranks, precision, accumulation = config
+    clips = calibrated_clips(ranks, precision, threads)
+    spec = wavenet_spec(ranks, precision, accumulation, epochs, clips)
+    ours, plain, our_cpu, plain_cpu = [], [], [], []
+    for repeat in range(repeats):
+        for which in ("service", "plain") if repeat % 2 == 0 else ("plain", "service"):
+            # Each run starts on a quiet machine: after a job the worker warms its next launcher
+            # (seconds of imports), which would otherwise fall in the next run.
+            wait_until_quiet()
+            if which == "service":
+                rates, cpu = service_run(client, spec)
+                ours.append(steady(rates))
+                our_cpu.append(cpu)
+            else:
+                rates, cpu = plain_run(spec, f"{scratch}/plain{repeat}.json", threads)
+                plain.append(steady(rates))
+                plain_cpu.append(cpu)
+    round_ratios = [service / plain for service, plain in zip(ours, plain, strict=True)]
+    return {
+        "ranks": ranks, "precision": precision, "accumulation": accumulation, "clips": clips,
+        "epoch_seconds": round((clips * (1 - VAL_FRACTION)) / statistics.median(plain), 1),
+        "service_samples_per_s": round(statistics.median(ours), 1),
+        "plain_samples_per_s": round(statistics.median(plain), 1),
+        "ratio": round(statistics.median(round_ratios), 3),
+        "round_ratios": [round(ratio, 3) for ratio in round_ratios],
+        "service_runs": [round(rate, 1) for rate in ours],
+        "plain_runs": [round(rate, 1) for rate in plain],
+        "service_cpu": median_figures(our_cpu),
+        "plain_cpu": median_figures(plain_cpu),
+    }  # fmt: skip
 
 
 def scaling_of(rows: list[dict]) -> list[dict]:

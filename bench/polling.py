@@ -66,44 +66,14 @@ def run(
                 stack.start_api()
                 try:
                     etags = _etags(stack.url, token, job_ids)
-                    for conditional in (False, True):
-                        answer = "304" if conditional else "200"
-                        result = asyncio.run(
-                            open_loop(stack.url, token, job_ids, etags if conditional else None, seconds)
-                        )
-                        row = {"database": database, "jobs": size, "answer": answer, **result}
-                        print(
-                            f"poll open  {database:<10} {size:>7} jobs  {answer}  {POLLERS} pollers x 1/s: "
-                            f"{result['requests_per_s']:6.1f} req/s  p50 {result['p50_ms']:7.1f} ms  "
-                            f"p99 {result['p99_ms']:7.1f} ms  max {result['max_ms']:7.1f} ms  "
-                            f"other answers {result['other_answers']} {result['other_statuses'] or ''}",
-                            flush=True,
-                        )
-                        open_rows.append(row)
-                    script = home / "auth.lua"
-                    script.write_text(WRK_SCRIPT)
-                    for conditional in (False, True):
-                        answer = "304" if conditional else "200"
-                        env = {"PATH": "/usr/bin:/bin", "WRK_TOKEN": token}
-                        if conditional:
-                            env["WRK_ETAG"] = etags[0]
-                        profiler = _start_profile(stack) if profile and not conditional and size == sizes[-1] else None
-                        result = wrk(
-                            f"{stack.url}/v1/jobs/{job_ids[0]}", CLOSED_LOOP_CLIENTS, CLOSED_LOOP_SECONDS, env, script
-                        )
-                        if profiler is not None:
-                            profiles[database] = _finish_profile(profiler)
-                        row = {"database": database, "jobs": size, "answer": answer, "clients": CLOSED_LOOP_CLIENTS}
-                        row.update(result)
-                        print(
-                            f"poll closed {database:<10} {size:>7} jobs  {answer}  {CLOSED_LOOP_CLIENTS} clients: "
-                            f"{result['requests_per_s']:8.1f} req/s  p50 {result['p50']:>8}  p99 {result['p99']:>8}  "
-                            f"non-2xx/3xx {result['errors']}",
-                            flush=True,
-                        )
-                        closed_rows.append(row)
+                    cell = {"database": database, "jobs": size}
+                    open_rows += _open_loop_rows(stack, token, job_ids, etags, seconds, cell)
+                    profiled = profile and size == sizes[-1]
+                    rows, profiles[database] = _closed_loop_rows(stack, token, job_ids, etags, home, profiled, cell)
+                    closed_rows += rows
                 finally:
                     stack.stop()
+    profiles = {database: top for database, top in profiles.items() if top is not None}
     return {
         "polling": {
             "open_loop": open_rows,
@@ -112,6 +82,44 @@ def run(
             "api_workers": api_workers,
         }
     }
+
+
+def _open_loop_rows(stack: Stack, token: str, job_ids: list[str], etags: list[str], seconds: int, cell: dict) -> list:
+    rows = []
+    for answer in ("200", "304"):
+        result = asyncio.run(open_loop(stack.url, token, job_ids, etags if answer == "304" else None, seconds))
+        print(
+            f"poll open  {cell['database']:<10} {cell['jobs']:>7} jobs  {answer}  {POLLERS} pollers x 1/s: "
+            f"{result['requests_per_s']:6.1f} req/s  p50 {result['p50_ms']:7.1f} ms  "
+            f"p99 {result['p99_ms']:7.1f} ms  max {result['max_ms']:7.1f} ms  "
+            f"other answers {result['other_answers']} {result['other_statuses'] or ''}",
+            flush=True,
+        )
+        rows.append({**cell, "answer": answer, **result})
+    return rows
+
+
+def _closed_loop_rows(
+    stack: Stack, token: str, job_ids: list[str], etags: list[str], home: Path, profiled: bool, cell: dict
+) -> tuple[list, list[dict] | None]:
+    """wrk on one job, answered 200 and 304; the 200 run profiled with py-spy when `profiled`."""
+    script = home / "auth.lua"
+    script.write_text(WRK_SCRIPT)
+    rows, profile = [], None
+    for answer in ("200", "304"):
+        env = {"PATH": "/usr/bin:/bin", "WRK_TOKEN": token, **({"WRK_ETAG": etags[0]} if answer == "304" else {})}
+        profiler = _start_profile(stack) if profiled and answer == "200" else None
+        result = wrk(f"{stack.url}/v1/jobs/{job_ids[0]}", CLOSED_LOOP_CLIENTS, CLOSED_LOOP_SECONDS, env, script)
+        if profiler is not None:
+            profile = _finish_profile(profiler)
+        print(
+            f"poll closed {cell['database']:<10} {cell['jobs']:>7} jobs  {answer}  {CLOSED_LOOP_CLIENTS} clients: "
+            f"{result['requests_per_s']:8.1f} req/s  p50 {result['p50']:>8}  p99 {result['p99']:>8}  "
+            f"non-2xx/3xx {result['errors']}",
+            flush=True,
+        )
+        rows.append({**cell, "answer": answer, "clients": CLOSED_LOOP_CLIENTS, **result})
+    return rows, profile
 
 
 def _some_jobs(url: str, count: int) -> list[str]:

@@ -63,7 +63,24 @@ def sample(pid: int, run: str, scratch: Path) -> dict:
         check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     perf.wait()
-    function, file = LOOPS[run]
+    by_line, total = _samples_by_line(raw, *LOOPS[run])
+    figures = {}
+    for line in (counters.read_text() if counters.exists() else "").splitlines():
+        parts = line.split(",")
+        if len(parts) > 2 and parts[0].replace(".", "").isdigit():
+            figures[parts[2]] = float(parts[0])
+    return {
+        "samples": total,
+        "lines": {where: round(count / total, 4) for where, count in by_line.most_common()},
+        "code": {where: source_line(where) for where in by_line},  # as it read when measured
+        "cpu_seconds": round(figures.get("task-clock", 0.0) / 1000, 2),
+        "page_faults_per_s": round(figures.get("page-faults", 0.0) / SECONDS, 1),
+        "context_switches_per_s": round(figures.get("context-switches", 0.0) / SECONDS, 1),
+    }
+
+
+def _samples_by_line(raw: Path, function: str, file: str) -> tuple[collections.Counter[str], int]:
+    """py-spy's samples, each charged to the line of the training loop it was under."""
     by_line: collections.Counter[str] = collections.Counter()
     total = 0
     for row in raw.read_text().splitlines():
@@ -76,18 +93,7 @@ def sample(pid: int, run: str, scratch: Path) -> dict:
             if match and match["function"].rpartition(".")[2] == function and match["file"].endswith(file):
                 where = f"{file}:{match['line']}"
         by_line[where] += int(count)
-    figures = {}
-    for line in (counters.read_text() if counters.exists() else "").splitlines():
-        parts = line.split(",")
-        if len(parts) > 2 and parts[0].replace(".", "").isdigit():
-            figures[parts[2]] = float(parts[0])
-    return {
-        "samples": total,
-        "lines": {where: round(count / total, 4) for where, count in by_line.most_common()},
-        "cpu_seconds": round(figures.get("task-clock", 0.0) / 1000, 2),
-        "page_faults_per_s": round(figures.get("page-faults", 0.0) / SECONDS, 1),
-        "context_switches_per_s": round(figures.get("context-switches", 0.0) / SECONDS, 1),
-    }
+    return by_line, total
 
 
 def source_line(where: str) -> str:
@@ -140,4 +146,4 @@ def print_row(row: dict) -> None:
             flush=True,
         )
         for where, share in figures["lines"].items():
-            print(f"    {100 * share:5.1f}%  {where:22} {source_line(where)[:80]}", flush=True)
+            print(f"    {100 * share:5.1f}%  {where:22} {figures['code'][where][:80]}", flush=True)

@@ -128,38 +128,15 @@ def run(configurations=CONFIGURATIONS, controls=CONTROLS, pairs: int = PAIRS) ->
                 (ranks, precision): calibrated_clips(ranks, precision, threads) for _, (ranks, precision, _) in plan
             }
             for number in range(1, pairs + 1):
-                for pair, (ranks, precision, accumulation) in plan:
-                    spec = wavenet_spec(ranks, precision, accumulation, EPOCHS, clips[ranks, precision])
-                    wait_until_quiet()
-                    numerator_first = number % 2 == 1
-                    if pair == "service / plain":
-                        first_turn = "service" if numerator_first else "plain"
-                        figures = service_and_plain(stack, client, spec, scratch, threads, first_turn=first_turn)
-                    else:
-                        first_turn = "first" if numerator_first else "second"
-                        figures = plain_and_plain(spec, scratch, threads, first_turn=first_turn)
-                    print(
-                        f"taking turns  pair {number}/{pairs}  {pair}  {ranks} rank {precision} accumulation "
-                        f"{accumulation}: {figures['a_samples_per_s']:.2f} and {figures['b_samples_per_s']:.2f} "
-                        f"samples/s, ratio {figures['ratio']:.3f} (rounds {figures['round_ratios']})"
-                        + (f", timed epochs {figures['offset_s']:+.1f} s apart" if "offset_s" in figures else ""),
-                        flush=True,
+                for pair, config in plan:
+                    figures = _one_pair(
+                        stack, client, pair, config, clips, scratch, threads, numerator_first=number % 2
                     )
-                    found[pair, (ranks, precision, accumulation)].append(figures)
+                    print(f"taking turns  pair {number}/{pairs}  {_described(pair, config, figures)}", flush=True)
+                    found[pair, config].append(figures)
         finally:
             stack.stop()
-    rows = []
-    for (pair, (ranks, precision, accumulation)), runs in found.items():
-        rows.append(
-            {"pair": pair, "ranks": ranks, "precision": precision, "accumulation": accumulation,
-             "clips": clips[ranks, precision],
-             "a_samples_per_s": round(statistics.median(run["a_samples_per_s"] for run in runs), 2),
-             "b_samples_per_s": round(statistics.median(run["b_samples_per_s"] for run in runs), 2),
-             "ratio": round(statistics.median(run["ratio"] for run in runs), 3),
-             "pair_ratios": [round(run["ratio"], 3) for run in runs],
-             "offset_s": statistics.median(run["offset_s"] for run in runs) if "offset_s" in runs[0] else None,
-             "round_ratios": [run["round_ratios"] for run in runs]}
-        )  # fmt: skip
+    rows = [_row(pair, config, clips[config[:2]], runs) for (pair, config), runs in found.items()]
     summary = {
         name: pooled([ratio for row in rows if row["pair"] == pair for ratio in row["pair_ratios"]])
         for name, pair in (("service", "service / plain"), ("control", "plain / plain"))
@@ -172,4 +149,36 @@ def run(configurations=CONFIGURATIONS, controls=CONTROLS, pairs: int = PAIRS) ->
             "rows": rows, "pooled": summary, "epochs": EPOCHS, "turn_seconds": TURN_SECONDS,
             "first_turn_alternates": True,
         }
+    }  # fmt: skip
+
+
+def _one_pair(stack, client, pair: str, config: tuple, clips: dict, scratch: str, threads: int, numerator_first: bool):
+    ranks, precision, accumulation = config
+    spec = wavenet_spec(ranks, precision, accumulation, EPOCHS, clips[ranks, precision])
+    wait_until_quiet()
+    if pair == "service / plain":
+        first_turn = "service" if numerator_first else "plain"
+        return service_and_plain(stack, client, spec, scratch, threads, first_turn=first_turn)
+    return plain_and_plain(spec, scratch, threads, first_turn="first" if numerator_first else "second")
+
+
+def _described(pair: str, config: tuple, figures: dict) -> str:
+    ranks, precision, accumulation = config
+    return (
+        f"{pair}  {ranks} rank {precision} accumulation {accumulation}: {figures['a_samples_per_s']:.2f} and "
+        f"{figures['b_samples_per_s']:.2f} samples/s, ratio {figures['ratio']:.3f} (rounds {figures['round_ratios']})"
+        + (f", timed epochs {figures['offset_s']:+.1f} s apart" if "offset_s" in figures else "")
+    )
+
+
+def _row(pair: str, config: tuple, clips: int, runs: list[dict]) -> dict:
+    ranks, precision, accumulation = config
+    return {
+        "pair": pair, "ranks": ranks, "precision": precision, "accumulation": accumulation, "clips": clips,
+        "a_samples_per_s": round(statistics.median(run["a_samples_per_s"] for run in runs), 2),
+        "b_samples_per_s": round(statistics.median(run["b_samples_per_s"] for run in runs), 2),
+        "ratio": round(statistics.median(run["ratio"] for run in runs), 3),
+        "pair_ratios": [round(run["ratio"], 3) for run in runs],
+        "offset_s": statistics.median(run["offset_s"] for run in runs) if "offset_s" in runs[0] else None,
+        "round_ratios": [run["round_ratios"] for run in runs],
     }  # fmt: skip

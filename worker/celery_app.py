@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from collections.abc import Callable
 
 import redis
 from celery import Celery
@@ -42,20 +43,7 @@ def create_worker_app(settings: Settings, pool: DevicePool, hostname: str, clien
     def send_again(job_id: str) -> None:
         app.send_task(RUN_JOB_TASK, args=[job_id], queue=queue)
 
-    # The worker changes jobs too (claim, join, requeue): its changes reach pollers' ETags.
-    engine = make_engine(settings.sql_url, timeout_seconds=settings.sql_timeout_seconds)
-    sessions = make_session_factory(engine, JobCacheWriter(client, settings.keys))
-    runner = JobRunner(
-        settings,
-        sessions,
-        pool,
-        hostname,
-        send_again,
-        live_workers=lambda: live_workers(client, settings.keys.workers, settings.worker_lost_seconds),
-        reporter=lambda job_id, attempt: EventReporter(client, settings.keys.events, job_id, attempt),
-        notices=StateNotices(settings.redis_url, settings.namespace).start(),
-        address=address,
-    )
+    runner = _job_runner(settings, pool, hostname, client, address, send_again)
 
     @app.task(name=RUN_JOB_TASK, bind=True, max_retries=None)
     def run_job(task, job_id: str) -> None:
@@ -76,6 +64,30 @@ def create_worker_app(settings: Settings, pool: DevicePool, hostname: str, clien
             raise task.retry(countdown=0)  # 0: published with no ETA, to the back of the queue
 
     return app
+
+
+def _job_runner(
+    settings: Settings,
+    pool: DevicePool,
+    hostname: str,
+    client: redis.Redis,
+    address: str,
+    send_again: Callable[[str], None],
+) -> JobRunner:
+    # The worker changes jobs too (claim, join, requeue): its changes reach pollers' ETags.
+    engine = make_engine(settings.sql_url, timeout_seconds=settings.sql_timeout_seconds)
+    sessions = make_session_factory(engine, JobCacheWriter(client, settings.keys))
+    return JobRunner(
+        settings,
+        sessions,
+        pool,
+        hostname,
+        send_again,
+        live_workers=lambda: live_workers(client, settings.keys.workers, settings.worker_lost_seconds),
+        reporter=lambda job_id, attempt: EventReporter(client, settings.keys.events, job_id, attempt),
+        notices=StateNotices(settings.redis_url, settings.namespace).start(),
+        address=address,
+    )
 
 
 def run_worker(settings: Settings, pool: DevicePool, hostname: str | None = None, address: str | None = None) -> None:

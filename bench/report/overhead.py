@@ -6,6 +6,22 @@ from typing import Any
 
 from bench.report import Headline, table
 
+METHOD = (
+    "Samples/s, median of rounds (each run's figure the median epoch after the first). Wavenet 32/64 "
+    "channels, depth 6 x 2, clips of 1024 samples, batch 8, SGD, one thread per rank. Each configuration's "
+    "data set is sized for epochs of about 12 s from a few timed steps (bf16 on a CPU without bf16 "
+    "instructions is several times slower than fp32). Each round runs the service's job and the plain loop "
+    "on the same spec, in alternating order; the ratio is the median of the rounds' ratios. The service's "
+    "stack runs with the settings' defaults. Run when named, not by `make bench`: `python -m bench overhead` "
+    "(all 8 configurations, about 40 minutes) or `--config 2,fp32,1`. Its rounds lie minutes apart, and "
+    "the machine drifts by more than 1% over minutes (the last column): section 1c, taking turns, takes that "
+    "drift out."
+)
+SPREAD = (
+    "*Plain runs: spread*: the fastest of a configuration's plain-loop runs over its slowest, the same "
+    "script on the same spec minutes apart. It is the noise the interleaved ratio carries; section 1c "
+    "has the two loops take turns over the same stretch of time instead."
+)
 ROLES = ("ranks", "launcher", "worker", "api", "redis", "sql", "other")
 
 
@@ -19,15 +35,7 @@ def headlines(results: dict[str, Any]) -> list[Headline]:
 def render(results: dict[str, Any]) -> list[str]:
     rows = results["overhead"]
     lines = [
-        "Samples/s, median of rounds (each run's figure the median epoch after the first). Wavenet 32/64 "
-        "channels, depth 6 x 2, clips of 1024 samples, batch 8, SGD, one thread per rank. Each configuration's "
-        "data set is sized for epochs of about 12 s from a few timed steps (bf16 on a CPU without bf16 "
-        "instructions is several times slower than fp32). Each round runs the service's job and the plain loop "
-        "on the same spec, in alternating order; the ratio is the median of the rounds' ratios. The service's "
-        "stack runs with the settings' defaults. Run when named, not by `make bench`: `python -m bench overhead` "
-        "(all 8 configurations, about 40 minutes) or `--config 2,fp32,1`. Its rounds lie minutes apart, and "
-        "the machine drifts by more than 1% over minutes (the last column): section 1c, taking turns, takes that "
-        "drift out.",
+        METHOD,
         "",
         *table(
             [
@@ -57,9 +65,7 @@ def render(results: dict[str, Any]) -> list[str]:
             ],
         ),  # fmt: skip
         "",
-        "*Plain runs: spread*: the fastest of a configuration's plain-loop runs over its slowest, the same "
-        "script on the same spec minutes apart. It is the noise the interleaved ratio carries; section 1c "
-        "has the two loops take turns over the same stretch of time instead.",
+        SPREAD,
         "",
     ]
     if all("service_cpu" in r for r in rows):

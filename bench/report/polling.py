@@ -6,6 +6,12 @@ from typing import Any
 
 from bench.report import Headline, table
 
+OPEN_LOOP = (
+    "Open loop: 200 pollers, each on its own connection and its own job, send `GET /v1/jobs/{id}` once a "
+    "second on a fixed schedule for 20 s (after 3 s not counted); latency from when each request was due. "
+    "The pollers (one asyncio process) share the 2 cores with the API, Redis and the database."
+)
+
 
 def headlines(results: dict[str, Any]) -> list[Headline]:
     polling, before = results["polling"], results.get("polling_before") or {}
@@ -24,6 +30,28 @@ def headlines(results: dict[str, Any]) -> list[Headline]:
 
 def render(results: dict[str, Any]) -> list[str]:
     polling, before = results["polling"], results.get("polling_before")
+    open_rows = [
+        [r["database"], f"{r['jobs']:,}", r["answer"], r["requests_per_s"], f"{r['p50_ms']} ms",
+         f"**{r['p99_ms']} ms**", f"{r['max_ms']} ms", f"{r['other_answers']}{other_statuses(r)}"]
+        for r in polling["open_loop"]
+    ]  # fmt: skip
+    lines = [
+        OPEN_LOOP,
+        "",
+        *table(["database", "jobs stored", "answer", "req/s", "p50", "p99", "max", "other answers"], open_rows),
+        "",
+        *_closed_loop(polling, before),
+    ]
+    if before:
+        lines += ["", f"Before: {before.get('measured', 'not recorded')}."]
+    for label, profiles in (("after", polling.get("profiles")), ("before", (before or {}).get("profiles"))):
+        for database, top in (profiles or {}).items():
+            lines += _profile(label, database, top)
+    lines.append("")
+    return lines
+
+
+def _closed_loop(polling: dict[str, Any], before: dict[str, Any] | None) -> list[str]:
     old = {(r["database"], r["jobs"], r["answer"]): r for r in (before or {}).get("closed_loop", [])}
     closed = []
     for r in polling["closed_loop"]:
@@ -32,28 +60,7 @@ def render(results: dict[str, Any]) -> list[str]:
             [r["database"], f"{r['jobs']:,}", r["answer"], f"**{r['requests_per_s']}**", r["p50"], r["p99"],
              was.get("requests_per_s", "–"), was.get("p99", "–")]
         )  # fmt: skip
-    lines = [
-        "Open loop: 200 pollers, each on its own connection and its own job, send `GET /v1/jobs/{id}` once a "
-        "second on a fixed schedule for 20 s (after 3 s not counted); latency from when each request was due. "
-        "The pollers (one asyncio process) share the 2 cores with the API, Redis and the database.",
-        "",
-        *table(
-            ["database", "jobs stored", "answer", "req/s", "p50", "p99", "max", "other answers"],
-            [
-                [
-                    r["database"],
-                    f"{r['jobs']:,}",
-                    r["answer"],
-                    r["requests_per_s"],
-                    f"{r['p50_ms']} ms",
-                    f"**{r['p99_ms']} ms**",
-                    f"{r['max_ms']} ms",
-                    f"{r['other_answers']}{other_statuses(r)}",
-                ]
-                for r in polling["open_loop"]
-            ],
-        ),  # fmt: skip
-        "",
+    return [
         "Closed loop: wrk, 50 connections on one job, 5 s. *Before*: the same benchmark on the commit named, "
         "before the changes of issue 16 part 2.",
         "",
@@ -63,19 +70,16 @@ def render(results: dict[str, Any]) -> list[str]:
         "cores); section 4 has the same requests through one process, from the same run. The machine's speed "
         "drifts between runs (section 3's shell script is the yardstick), so compare the before column with care.",
     ]
-    if before:
-        lines += ["", f"Before: {before.get('measured', 'not recorded')}."]
-    for label, profiles in (("after", polling.get("profiles")), ("before", (before or {}).get("profiles"))):
-        for database, top in (profiles or {}).items():
-            lines += [
-                "",
-                f"Profile {label}, {database}, 100,000 jobs, closed-loop GET (200), py-spy on the API processes: "
-                "share of samples with the frame on top of the stack (idle threads left out).",
-                "",
-                *table(["frame", "share"], [[f"`{row['frame']}`", f"{row['share']:.1%}"] for row in top]),
-            ]
-    lines.append("")
-    return lines
+
+
+def _profile(label: str, database: str, top: list[dict[str, Any]]) -> list[str]:
+    return [
+        "",
+        f"Profile {label}, {database}, 100,000 jobs, closed-loop GET (200), py-spy on the API processes: "
+        "share of samples with the frame on top of the stack (idle threads left out).",
+        "",
+        *table(["frame", "share"], [[f"`{row['frame']}`", f"{row['share']:.1%}"] for row in top]),
+    ]
 
 
 def other_statuses(row: dict[str, Any]) -> str:

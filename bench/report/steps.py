@@ -29,10 +29,8 @@ def render(results: dict[str, Any]) -> list[str]:
 
 
 def _run(run: str, figures: dict[str, Any], seconds: int) -> list[str]:
-    from bench.steps import source_line
-
     shares = [
-        [f"{100 * share:.1f}%", where, f"`{source_line(where)}`"]
+        [f"{100 * share:.1f}%", where, f"`{figures['code'][where]}`"]
         for where, share in figures["lines"].items()
         if share >= 0.005
     ]

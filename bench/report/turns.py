@@ -7,6 +7,12 @@ from typing import Any
 from bench.report import Headline, table
 from bench.support.ratios import pooled
 
+POOLED = (
+    "All pairs pooled: the geometric mean of the pairs' ratios, with a 95% bootstrap interval (pairs "
+    "resampled), and the spread of one pair's ratio (standard deviation of its logarithm). The control's "
+    "spread is what two identical processes differ by on this machine: the floor under any one pair."
+)
+
 
 def headlines(results: dict[str, Any]) -> list[Headline]:
     service = results["taking_turns"]["pooled"].get("service")
@@ -43,31 +49,23 @@ def render(results: dict[str, Any]) -> list[str]:
                 "per pair",
                 "offset",
             ],
-            [
-                [
-                    r["pair"],
-                    r["ranks"],
-                    r["precision"],
-                    r["accumulation"],
-                    r["clips"],
-                    r["a_samples_per_s"],
-                    r["b_samples_per_s"],
-                    f"**{r['ratio']}**",
-                    with_interval(r["pair_ratios"]),
-                    ", ".join(map(str, r["pair_ratios"])),
-                    "–" if r.get("offset_s") is None else format(r["offset_s"], "+.1f") + " s",
-                ]
-                for r in turns["rows"]
-            ],
+            [_row(row) for row in turns["rows"]],
         ),  # fmt: skip
         "",
-        "All pairs pooled: the geometric mean of the pairs' ratios, with a 95% bootstrap interval (pairs "
-        "resampled), and the spread of one pair's ratio (standard deviation of its logarithm). The control's "
-        "spread is what two identical processes differ by on this machine: the floor under any one pair.",
+        POOLED,
         "",
         *table(["pairs of", "pairs", "geometric mean", "95% interval", "spread of one pair"], _pooled_rows(turns)),
         "",
     ]
+
+
+def _row(r: dict[str, Any]) -> list[object]:
+    offset = "–" if r.get("offset_s") is None else format(r["offset_s"], "+.1f") + " s"
+    return [
+        r["pair"], r["ranks"], r["precision"], r["accumulation"], r["clips"], r["a_samples_per_s"],
+        r["b_samples_per_s"], f"**{r['ratio']}**", with_interval(r["pair_ratios"]),
+        ", ".join(map(str, r["pair_ratios"])), offset,
+    ]  # fmt: skip
 
 
 def _pooled_rows(turns: dict[str, Any]) -> list[list[object]]:

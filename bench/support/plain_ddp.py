@@ -33,18 +33,7 @@ def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: st
     torch.set_num_threads(threads)
     dist.init_process_group("gloo", rank=rank, world_size=world_size, timeout=timedelta(seconds=120))
     spec = JobSpec.model_validate_json(spec_json)
-    torch.manual_seed(spec.seed)
-    full, train, _ = build_datasets(spec.data.name, spec.data.params, "/nonexistent")
-    sampler = DistributedSampler(train, num_replicas=world_size, rank=rank, shuffle=True, seed=spec.seed)
-    loader = DataLoader(train, batch_size=spec.batch_size, sampler=sampler)
-    model = DDP(build_model(spec.model.name, spec.model.params, full))
-    options = spec.optimizer  # the spec's own optimizer, written out as a script would
-    if options.name == "sgd":
-        optimizer = torch.optim.SGD(
-            model.parameters(), lr=spec.effective_lr, momentum=options.momentum, weight_decay=options.weight_decay
-        )
-    else:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=spec.effective_lr, weight_decay=options.weight_decay)
+    loader, sampler, model, optimizer = _setup(spec, rank, world_size)
     autocast = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if spec.precision == "bf16" else nullcontext
     accumulation = spec.accumulation_steps
     epoch_rates, epoch_windows, epoch_samples, first_step_done = [], [], [], False
@@ -73,18 +62,27 @@ def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: st
         epoch_samples.append(samples * world_size)
         total += samples * world_size
     if rank == 0:
-        with open(result_path, "w") as file:
-            json.dump(
-                {
-                    "samples_per_second": epoch_rates,
-                    "epoch_windows": epoch_windows,
-                    "epoch_samples": epoch_samples,
-                    "trained": trained,
-                },
-                file,
-            )
+        figures = {"epoch_windows": epoch_windows, "epoch_samples": epoch_samples, "trained": trained}
+        Path(result_path).write_text(json.dumps({"samples_per_second": epoch_rates, **figures}))
     dist.destroy_process_group()
     os._exit(0)
+
+
+def _setup(spec: JobSpec, rank: int, world_size: int):
+    """The data, the DDP model and the spec's own optimizer, written out as a script would."""
+    torch.manual_seed(spec.seed)
+    full, train, _ = build_datasets(spec.data.name, spec.data.params, "/nonexistent")
+    sampler = DistributedSampler(train, num_replicas=world_size, rank=rank, shuffle=True, seed=spec.seed)
+    loader = DataLoader(train, batch_size=spec.batch_size, sampler=sampler)
+    model = DDP(build_model(spec.model.name, spec.model.params, full))
+    options = spec.optimizer
+    if options.name == "sgd":
+        optimizer = torch.optim.SGD(
+            model.parameters(), lr=spec.effective_lr, momentum=options.momentum, weight_decay=options.weight_decay
+        )
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=spec.effective_lr, weight_decay=options.weight_decay)
+    return loader, sampler, model, optimizer
 
 
 def run_plain_ddp(spec: JobSpec, result_path: str, threads: int, start_method: str = "spawn") -> list[float]:

@@ -138,48 +138,51 @@ def test_watch_backs_off_while_the_api_is_down_and_gives_up_with_exit_code_3(sta
     assert "cannot reach" in watch.stderr.read()
 
 
-def test_each_start_of_up_revokes_the_token_the_previous_start_printed(tmp_path):
+def start_up(home: Path) -> tuple[subprocess.Popen, str, str]:
+    """`trainjobs up` on `home`: its process, its URL once it answers, and the token it printed."""
     from devstack import REDIS_URL, free_port, wait_until
 
-    def start_up() -> tuple[subprocess.Popen, str, str]:
-        port = free_port()
-        env = dict(
-            os.environ,
-            TRAINJOBS_HOME=str(tmp_path),
-            TRAINJOBS_REDIS_URL=REDIS_URL,
-            TRAINJOBS_NAMESPACE=f"tjtest-up-{port}",
-            PYTHONUNBUFFERED="1",
-        )
-        process = subprocess.Popen(
-            [TRAINJOBS, "up", "--port", str(port), "--cpu-slots", "1"],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
-        token = None
-        while token is None:  # `up` prints its token once migrated (pytest-timeout bounds a hang)
-            line = process.stdout.readline()
-            assert line, "trainjobs up exited before printing its token"
-            if line.startswith("token: "):
-                token = line.split()[1]
-        url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: _answers(url), 30, what="the API")
-        return process, url, token
+    port = free_port()
+    env = dict(
+        os.environ,
+        TRAINJOBS_HOME=str(home),
+        TRAINJOBS_REDIS_URL=REDIS_URL,
+        TRAINJOBS_NAMESPACE=f"tjtest-up-{port}",
+        PYTHONUNBUFFERED="1",
+    )
+    process = subprocess.Popen(
+        [TRAINJOBS, "up", "--port", str(port), "--cpu-slots", "1"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    )
+    token = None
+    while token is None:  # `up` prints its token once migrated (pytest-timeout bounds a hang)
+        line = process.stdout.readline()
+        assert line, "trainjobs up exited before printing its token"
+        if line.startswith("token: "):
+            token = line.split()[1]
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: _answers(url), 30, what="the API")
+    return process, url, token
 
-    def stop(process: subprocess.Popen) -> None:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=30)
 
-    first, url, first_token = start_up()
-    stop(first)
-    second, url, second_token = start_up()
+def stop_up(process: subprocess.Popen) -> None:
+    os.killpg(process.pid, signal.SIGTERM)
+    process.wait(timeout=30)
+
+
+def test_each_start_of_up_revokes_the_token_the_previous_start_printed(tmp_path):
+    first, url, first_token = start_up(tmp_path)
+    stop_up(first)
+    second, url, second_token = start_up(tmp_path)
     try:
         assert httpx.get(f"{url}/v1/jobs", headers={"Authorization": f"Bearer {second_token}"}).status_code == 200
         assert httpx.get(f"{url}/v1/jobs", headers={"Authorization": f"Bearer {first_token}"}).status_code == 401
     finally:
-        stop(second)
+        stop_up(second)
 
 
 def _answers(url: str) -> bool:

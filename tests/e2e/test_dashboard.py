@@ -70,44 +70,8 @@ def test_sign_in_watch_a_job_s_curve_grow_and_cancel_from_the_page(stack_on, sql
     assert "dashboard-demo" in row.text and "wavenet" in row.text
     row.click()
 
-    # The curve gains points as epochs finish, live, without reloading the page.
-    wait.until(lambda b: train_points(b) >= 1)
-    seen, bars = {train_points(browser)}, set()
-    while client.get(f"/v1/jobs/{job_id}").json()["state"] not in ("succeeded", "failed"):
-        seen.add(train_points(browser))
-        # Progress inside the epoch: a bar in the job's header while it runs.
-        steps = browser.execute_script(
-            "const bar = document.getElementById('job-progress'); return bar && bar.dataset.steps;"
-        )
-        if steps:
-            bars.add(steps)
-        time.sleep(0.2)
-    finished = wait_for_terminal(client, job_id)
-    assert finished["state"] == "succeeded"
-    wait.until(lambda b: train_points(b) == 8 and "succeeded" in b.find_element(By.ID, "job-header").text)
-    assert len(seen) >= 3, f"the curve did not grow point by point: saw {sorted(seen)}"
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#loss-chart circle.val-point")) == 8
-    assert bars and all(int(steps) > 0 for steps in bars), bars
-    # Memory per epoch beside the loss, and each epoch's data wait, memory and GPU in a table.
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#memory-chart circle.memory-point")) == 8
-    rows = browser.find_elements(By.CSS_SELECTOR, "#epochs tr.epoch-row")
-    assert len(rows) == 8 and all("MiB" in row.text and "%" in row.text for row in rows)
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#checkpoints button.download")) == 3
-    wait.until(lambda b: "[rank 0]" in b.find_element(By.ID, "logs").text)
-    browser.save_screenshot(str(tmp_path / "job-page.png"))
-    if os.environ.get("TRAINJOBS_SCREENSHOT_DIR"):
-        shutil.copy(tmp_path / "job-page.png", Path(os.environ["TRAINJOBS_SCREENSHOT_DIR"]) / "dashboard-job.png")
-
-    # Cancel a running job from its page.
-    long_id = client.post("/v1/jobs", json=tiny_wavenet_spec(name="to-cancel", epochs=10_000)).json()["id"]
-    wait_until(lambda: client.get(f"/v1/jobs/{long_id}").json()["state"] == "running", 60, what="the job to run")
-    browser.get(f"{stack.url}/ui/#/jobs/{long_id}")
-    # The header is redrawn as events arrive: find and click in one retried step.
-    clicking = WebDriverWait(browser, 30, poll_frequency=0.2, ignored_exceptions=[StaleElementReferenceException])
-    clicking.until(lambda b: b.find_element(By.ID, "cancel").click() or True)
-    ended = wait_for_terminal(client, long_id, timeout=30)
-    assert (ended["state"], ended["stop_reason"]) == ("cancelled", "cancelled")
-    wait.until(lambda b: "cancelled" in b.find_element(By.ID, "job-header").text)
+    watch_the_curve_grow_to_the_end(browser, wait, client, job_id, tmp_path)
+    cancel_from_the_page(browser, wait, stack.url, client)
 
 
 def shown_jobs(browser) -> list[str]:
@@ -138,6 +102,11 @@ def test_filter_load_more_label_chips_and_delete_behind_a_confirmation(stack_on,
     browser.find_element(By.ID, "load-more").click()
     wait.until(lambda b: shown_jobs(b) == newest_first and not b.find_element(By.ID, "load-more").is_displayed())
 
+    filter_by_label_state_chip_and_name(browser, wait, stack.url, made, cancelled)
+    delete_from_its_page_after_a_confirmation(browser, wait, stack.url, client, cancelled[0], made[-1]["id"])
+
+
+def filter_by_label_state_chip_and_name(browser, wait, url: str, made: list[dict], cancelled: list[str]) -> None:
     # A label filter, then a state on top of it.
     labels = browser.find_element(By.ID, "label-filter")
     labels.send_keys("team=vision")
@@ -149,7 +118,7 @@ def test_filter_load_more_label_chips_and_delete_behind_a_confirmation(stack_on,
     wait.until(lambda b: shown_jobs(b) == [job_id for job_id in vision if job_id in cancelled])
 
     # A chip adds its label to the filter; the name filter narrows by substring.
-    browser.get(stack.url + "/ui/#/?name=RUN-1")
+    browser.get(url + "/ui/#/?name=RUN-1")
     named = [job["id"] for job in reversed(made) if job["name"].startswith("run-1")]
     wait.until(lambda b: shown_jobs(b) == named)
     chip = next(c for c in browser.find_elements(By.CSS_SELECTOR, "#jobs .chip") if c.text == "sweep=1")
@@ -161,9 +130,10 @@ def test_filter_load_more_label_chips_and_delete_behind_a_confirmation(stack_on,
         )
     )
 
+
+def delete_from_its_page_after_a_confirmation(browser, wait, url: str, client, doomed: str, unfinished: str) -> None:
     # Delete a finished job from its page, after saying yes once more.
-    doomed = cancelled[0]
-    browser.get(f"{stack.url}/ui/#/jobs/{doomed}")
+    browser.get(f"{url}/ui/#/jobs/{doomed}")
     wait.until(lambda b: b.find_element(By.ID, "delete").click() or True)
     wait.until(lambda b: b.find_element(By.ID, "delete-keep").click() or True)  # changed our mind
     assert client.get(f"/v1/jobs/{doomed}").status_code == 200
@@ -173,6 +143,49 @@ def test_filter_load_more_label_chips_and_delete_behind_a_confirmation(stack_on,
     wait.until(lambda b: b.current_url.endswith("#/") and len(shown_jobs(b)) == 50)
     assert client.get(f"/v1/jobs/{doomed}").status_code == 404 and doomed not in shown_jobs(browser)
     # A job that has not ended offers no delete.
-    browser.get(f"{stack.url}/ui/#/jobs/{made[-1]['id']}")
+    browser.get(f"{url}/ui/#/jobs/{unfinished}")
     wait.until(lambda b: "queued" in b.find_element(By.ID, "job-header").text)
     assert browser.find_elements(By.ID, "delete") == []
+
+
+def watch_the_curve_grow_to_the_end(browser, wait, client, job_id: str, tmp_path: Path) -> None:
+    # The curve gains points as epochs finish, live, without reloading the page.
+    wait.until(lambda b: train_points(b) >= 1)
+    seen, bars = {train_points(browser)}, set()
+    while client.get(f"/v1/jobs/{job_id}").json()["state"] not in ("succeeded", "failed"):
+        seen.add(train_points(browser))
+        # Progress inside the epoch: a bar in the job's header while it runs.
+        steps = browser.execute_script(
+            "const bar = document.getElementById('job-progress'); return bar && bar.dataset.steps;"
+        )
+        if steps:
+            bars.add(steps)
+        time.sleep(0.2)
+    finished = wait_for_terminal(client, job_id)
+    assert finished["state"] == "succeeded"
+    wait.until(lambda b: train_points(b) == 8 and "succeeded" in b.find_element(By.ID, "job-header").text)
+    assert len(seen) >= 3, f"the curve did not grow point by point: saw {sorted(seen)}"
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#loss-chart circle.val-point")) == 8
+    assert bars and all(int(steps) > 0 for steps in bars), bars
+    # Memory per epoch beside the loss, and each epoch's data wait, memory and GPU in a table.
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#memory-chart circle.memory-point")) == 8
+    rows = browser.find_elements(By.CSS_SELECTOR, "#epochs tr.epoch-row")
+    assert len(rows) == 8 and all("MiB" in row.text and "%" in row.text for row in rows)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#checkpoints button.download")) == 3
+    wait.until(lambda b: "[rank 0]" in b.find_element(By.ID, "logs").text)
+    browser.save_screenshot(str(tmp_path / "job-page.png"))
+    if os.environ.get("TRAINJOBS_SCREENSHOT_DIR"):
+        shutil.copy(tmp_path / "job-page.png", Path(os.environ["TRAINJOBS_SCREENSHOT_DIR"]) / "dashboard-job.png")
+
+
+def cancel_from_the_page(browser, wait, url: str, client) -> None:
+    # Cancel a running job from its page.
+    long_id = client.post("/v1/jobs", json=tiny_wavenet_spec(name="to-cancel", epochs=10_000)).json()["id"]
+    wait_until(lambda: client.get(f"/v1/jobs/{long_id}").json()["state"] == "running", 60, what="the job to run")
+    browser.get(f"{url}/ui/#/jobs/{long_id}")
+    # The header is redrawn as events arrive: find and click in one retried step.
+    clicking = WebDriverWait(browser, 30, poll_frequency=0.2, ignored_exceptions=[StaleElementReferenceException])
+    clicking.until(lambda b: b.find_element(By.ID, "cancel").click() or True)
+    ended = wait_for_terminal(client, long_id, timeout=30)
+    assert (ended["state"], ended["stop_reason"]) == ("cancelled", "cancelled")
+    wait.until(lambda b: "cancelled" in b.find_element(By.ID, "job-header").text)

@@ -23,6 +23,17 @@ def assert_bob_s_job_runs_whole(bob, epochs: int = 2) -> None:
     assert [row["epoch"] for row in bob.get(f"/v1/jobs/{job_id}/metrics").json()["items"]] == list(range(1, epochs + 1))
 
 
+FORGED = {  # bob's checkpoint, claimed for another job, its path leading out of that job's folder
+    "id": "jbob-e0001",
+    "epoch": 1,
+    "size_bytes": 1,
+    "sha256": "0" * 64,
+    "is_best": True,
+    "created_at": "2026-01-01T00:00:00Z",
+    "path": "../jbob/jbob-e0001.pt",
+}
+
+
 def test_no_bad_spec_stream_entry_diverging_job_or_heartbeat_stalls_another_owner(stack_on, database_url):
     stack = stack_on(database_url)
     alice, bob = stack.client(stack.token("alice")), stack.client(stack.token("bob"))
@@ -49,18 +60,8 @@ def test_no_bad_spec_stream_entry_diverging_job_or_heartbeat_stalls_another_owne
         events.xadd(stream, {"job_id": job_id, "attempt": "1", "kind": "metrics", "data": data})
     assert_bob_s_job_runs_whole(bob)
 
-    # 3. Forged events: another job's checkpoint moved to alice's, and a job ended by a stranger
-    #    of another attempt.
-    forged = {
-        "id": "jbob-e0001",
-        "epoch": 1,
-        "size_bytes": 1,
-        "sha256": "0" * 64,
-        "is_best": True,
-        "created_at": "2026-01-01T00:00:00Z",
-        "path": "../jbob/jbob-e0001.pt",
-    }
-    events.xadd(stream, {"job_id": job_id, "attempt": "1", "kind": "checkpoint", "data": json.dumps(forged)})
+    # 3. Forged events: another job's checkpoint moved to alice's.
+    events.xadd(stream, {"job_id": job_id, "attempt": "1", "kind": "checkpoint", "data": json.dumps(FORGED)})
     assert_bob_s_job_runs_whole(bob)
 
     # 4. A malformed heartbeat in the workers' hash.

@@ -58,14 +58,21 @@ def test_a_job_resumes_on_another_host_from_the_object_store_and_downloads_strea
     assert (job["state"], job["attempt"]) == ("succeeded", 2), job
     assert [row["epoch"] for row in client.get(f"/v1/jobs/{job_id}/metrics").json()["items"]] == list(range(1, 7))
 
+    logs_came_over_the_network(client, job_id, stack.home)
+    checkpoints_are_objects_in_the_store(client, job_id, s3_server, prefix, (stack.home, host_a, host_b))
+
+
+def logs_came_over_the_network(client, job_id: str, api_home) -> None:
     # Logs came over the network: the API's host never saw a rank's file. The lost host's
     # attempt stays readable.
-    assert not list(stack.home.rglob("rank*.log"))
+    assert not list(api_home.rglob("rank*.log"))
     first = client.get(f"/v1/jobs/{job_id}/logs", params={"attempt": 1}).text
     second = client.get(f"/v1/jobs/{job_id}/logs").text
     assert "[rank 0] rank 0 of 2 on cpu" in first and "[rank 1] rank 1 of 2 on cpu" in first
     assert "[rank 0] resumed from" in second and "[rank 1] rank 1 done after epoch 6: completed" in second
 
+
+def checkpoints_are_objects_in_the_store(client, job_id: str, s3_server, prefix: str, homes: tuple) -> None:
     # Checkpoints are objects in the store, none a file on any host.
     listed = client.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]
     objects = s3_server.objects(prefix)
@@ -73,7 +80,7 @@ def test_a_job_resumes_on_another_host_from_the_object_store_and_downloads_strea
     assert sorted(f"{prefix}/{job_id}/{row['id']}.pt" for row in listed) == sorted(
         re.sub(r"/a\d+/", "/", key) for key in objects
     )
-    assert not any(path.suffix == ".pt" for home in (stack.home, host_a, host_b) for path in home.rglob("*"))
+    assert not any(path.suffix == ".pt" for home in homes for path in home.rglob("*"))
     for row in listed:
         download = client.get(f"/v1/jobs/{job_id}/checkpoints/{row['id']}")
         assert download.status_code == 200 and int(download.headers["content-length"]) == row["size_bytes"]

@@ -58,13 +58,10 @@ def stream_setup(database_url, namespace):
     return sessions, client, keys
 
 
-def test_bad_entries_are_set_aside_and_the_events_behind_them_apply(stream_setup):
-    sessions, client, keys = stream_setup
-    alice_job, bob_job = make_job(sessions), make_job(sessions)
+def entries_that_cannot_apply(alice_job: str, bob_job: str) -> list[dict]:
+    """Malformed, out of bounds, or speaking for another job's checkpoints (alice's events)."""
     good = metrics(1, 2.0).model_dump(mode="json")
-    # Bob's job has a checkpoint that a forged event must not move, repoint or delete.
-    client.xadd(keys.events, JobEvent.of(bob_job, 1, checkpoint(bob_job, 1)).to_stream_fields())
-    bad_entries = [
+    return [
         raw(
             alice_job,
             "metrics",
@@ -86,6 +83,14 @@ def test_bad_entries_are_set_aside_and_the_events_behind_them_apply(stream_setup
         raw(alice_job, "nonsense", {}),
         {"junk": "\xff"},
     ]
+
+
+def test_bad_entries_are_set_aside_and_the_events_behind_them_apply(stream_setup):
+    sessions, client, keys = stream_setup
+    alice_job, bob_job = make_job(sessions), make_job(sessions)
+    # Bob's job has a checkpoint that a forged event must not move, repoint or delete.
+    client.xadd(keys.events, JobEvent.of(bob_job, 1, checkpoint(bob_job, 1)).to_stream_fields())
+    bad_entries = entries_that_cannot_apply(alice_job, bob_job)
     for entry in bad_entries:
         client.xadd(keys.events, entry)
     client.xadd(keys.events, JobEvent.of(alice_job, 1, metrics(1, 3.0)).to_stream_fields())
