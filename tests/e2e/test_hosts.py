@@ -1,4 +1,4 @@
-"""Hosts that share nothing on disk (issue: A fleet of hosts, the checkpoint store): the API and
+"""Hosts that share nothing on disk: the API and
 each worker have a home of their own, and checkpoints live in a real S3-compatible server
 (moto's standalone server), written by rank 0, read back on resume by another host, streamed by
 the API."""

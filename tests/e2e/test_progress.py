@@ -1,4 +1,4 @@
-"""Inside a running job (issue: See inside a running job), through the real stack: progress
+"""Inside a running job, through the real stack: progress
 within a long epoch on the job and its event stream, each epoch's new figures, and per-job
 Prometheus series that go when the job ends."""
 

@@ -12,13 +12,13 @@ import pytest
 from devstack import job_sessions, tiny_wavenet_spec
 from trainjobs.contract.events import StateChange
 from trainjobs.contract.spec import JobSpec
+from trainjobs.contract.states import JOB_STATES
 from trainjobs.jobs import lifecycle
 from trainjobs.jobs.db import transaction
 from trainjobs.jobs.repositories import dispatch_intents, job_events, jobs
 from trainjobs.jobs.tables import JobRow
 
 ROOT = Path(__file__).resolve().parents[2]
-ALL_STATES = ("queued", "running", "cancelling", "succeeded", "failed", "cancelled")
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def attempt_transition(session, job: JobRow, name: str) -> None:
 @pytest.mark.parametrize("name", ["cancel", "finish", "requeue", "explain_waiting", "delete"])
 def test_a_transition_is_refused_from_every_state_it_does_not_start_from(sessions, name):
     allowed = lifecycle.TRANSITIONS[name].from_states
-    for state in ALL_STATES:
+    for state in JOB_STATES:
         job_id = new_job(sessions, state)
         with transaction(sessions) as session:
             job = jobs.get(session, job_id, for_update=True)
@@ -68,7 +68,7 @@ def test_a_transition_is_refused_from_every_state_it_does_not_start_from(session
 
 
 def test_claim_takes_only_a_queued_job(sessions):
-    for state in ALL_STATES:
+    for state in JOB_STATES:
         job_id = new_job(sessions, state)
         with transaction(sessions) as session:
             claimed = lifecycle.claim(session, job_id, "w1", lease_seconds=30)

@@ -35,6 +35,8 @@ def test_every_epoch_reports_its_data_wait_memory_and_gpu_use_within_their_range
     from tests.worker.local_training import mlp_spec
 
     run = run_locally(tmp_path, "figures", mlp_spec(epochs=2))
+    assert (run.outcome.state, run.outcome.stop_reason) == ("succeeded", "completed")
+    assert [row["epoch"] for row in run.metrics] == [1, 2]
     for row in run.metrics:
         assert 0.0 <= row["data_wait_fraction"] <= 1.0
         assert 10 * 2**20 < row["peak_memory_bytes"] < 64 * 2**30  # a process with torch loaded
@@ -46,6 +48,7 @@ def test_a_local_run_keeps_its_events_as_the_service_stream_carries_them(tmp_pat
     from trainjobs.contract.events import EpochMetrics, JobEvent, Progress
 
     run = run_locally(tmp_path, "events", mlp_spec(epochs=2))
+    assert run.outcome.state == "succeeded", run.outcome
     lines = (tmp_path / "runs" / "events" / "events.jsonl").read_text().splitlines()
     events = [JobEvent.model_validate_json(line) for line in lines]
     assert {(event.job_id, event.attempt) for event in events} == {("events", 1)}

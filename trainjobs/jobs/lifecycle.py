@@ -281,7 +281,7 @@ def explain_waiting(session: Session, job: JobRow, reason: str | None) -> bool:
     if job.waiting_reason == reason:
         return False
     _set(job, waiting_reason=reason)
-    if reason is None and not dispatch_intents.exists(session, job.id):
+    if reason is None:
         dispatch_intents.add(session, job.id, job.device)
     _state_changed(session, job)
     return True

@@ -12,7 +12,9 @@ from trainjobs.jobs.tables import DispatchIntentRow
 
 
 def add(session: Session, job_id: str, device: str) -> None:
-    session.add(DispatchIntentRow(job_id=job_id, device=device, created_at=utcnow()))
+    """A job to dispatch; one intent a job, so a job that still has one keeps it."""
+    if not exists(session, job_id):
+        session.add(DispatchIntentRow(job_id=job_id, device=device, created_at=utcnow()))
 
 
 def due(session: Session, created_before: datetime, limit: int = 100) -> list[DispatchIntentRow]:

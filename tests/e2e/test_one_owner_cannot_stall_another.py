@@ -1,6 +1,6 @@
-"""One user, one stream entry or one host cannot stall the service for everyone (issue:
-Hardening, findings 1 to 4), through the real API, worker, Redis and SQL: after each bad thing,
-another owner's job submitted afterwards succeeds with every epoch recorded, in bounded time."""
+"""One user, one stream entry or one host cannot stall the service for everyone, through the real
+API, worker, Redis and SQL: after each bad thing, another owner's job submitted afterwards
+succeeds with every epoch recorded, in bounded time."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from devstack import REDIS_URL, PrivateRedis, tiny_wavenet_spec, wait_for_terminal
-from tests.service.test_api_hardening import body_with
+from tests.service.test_bad_requests import body_with
 from trainjobs.contract.redis_keys import RedisKeys
 
 pytestmark = pytest.mark.e2e

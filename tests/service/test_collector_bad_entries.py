@@ -1,4 +1,4 @@
-"""The collector survives any single bad stream entry (issue: Hardening, findings 2 and 3), on
+"""The collector survives any single bad stream entry, on
 the real Redis stream and real SQL: an entry that cannot apply is set aside in the dead-letter
 stream with its error, and every real event behind it is applied exactly once."""
 

@@ -1,6 +1,5 @@
-"""What one careless or hostile caller can send the API (issue: Hardening, findings 1 and 4 to
-10), on the real app, real SQL (SQLite and PostgreSQL) and real Redis: a clear 4xx naming the
-field, never a 500, and nothing stored."""
+"""What one careless or hostile caller can send the API, on the real app, real SQL (SQLite and
+PostgreSQL) and real Redis: a clear 4xx naming the field, never a 500, and nothing stored."""
 
 from __future__ import annotations
 
