@@ -61,8 +61,8 @@ def _closed_loop(polling: dict[str, Any], before: dict[str, Any] | None) -> list
              was.get("requests_per_s", "–"), was.get("p99", "–")]
         )  # fmt: skip
     return [
-        "Closed loop: wrk, 50 connections on one job, 5 s. *Before*: the same benchmark on the commit named, "
-        "before the changes of issue 16 part 2.",
+        "Closed loop: wrk, 50 connections on one job, 5 s. *Before*: the same benchmark on the commit named "
+        "below, before the job cache and the API's several processes.",
         "",
         *table(["database", "jobs stored", "answer", "req/s", "p50", "p99", "before: req/s", "before: p99"], closed),
         "",
