@@ -2,6 +2,7 @@
 Redis, API and worker processes, moto's S3 server, hosts in network namespaces. Not installed
 with the package; the tests and `python -m bench` import it from the checkout."""
 
+from devstack.archives import EXAMPLE_PROJECT, archive_of, example_files, member, wheel
 from devstack.hosts import NetworkHosts
 from devstack.processes import (
     child_pids,
@@ -29,6 +30,7 @@ from devstack.specs import HALF_SECOND_EPOCHS, plugin_spec, tiny_wavenet_spec
 from devstack.stack import Stack, wait_for_terminal
 
 __all__ = [
+    "EXAMPLE_PROJECT",
     "HALF_SECOND_EPOCHS",
     "POSTGRES_URL",
     "REDIS_URL",
@@ -36,14 +38,17 @@ __all__ = [
     "NetworkHosts",
     "PrivateRedis",
     "Stack",
+    "archive_of",
     "child_pids",
     "clear_namespace",
     "descendants",
+    "example_files",
     "find_launcher",
     "free_port",
     "job_sessions",
     "kill_launchers_of",
     "launchers_matching",
+    "member",
     "new_token",
     "pid_alive",
     "plugin_spec",
@@ -54,4 +59,5 @@ __all__ = [
     "wait_for_terminal",
     "wait_until",
     "waiting_launchers",
+    "wheel",
 ]

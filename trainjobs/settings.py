@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from functools import cached_property
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -81,6 +82,24 @@ class Settings(BaseSettings):
     )
     heartbeat_seconds: float = Field(5.0, gt=0.0, description="how often a worker reports itself")
     worker_lost_seconds: float = Field(30.0, gt=0.0, description="a worker silent this long is shown as lost")
+
+    # Jobs with their own code, and the sandbox.
+    code_max_bytes: int = Field(100 * 2**20, ge=1024, description="a code archive as uploaded (POST /v1/code)")
+    code_max_unpacked_bytes: int = Field(2**30, ge=1024, description="a code archive's files together")
+    code_cache_bytes: int = Field(
+        10 * 2**30, ge=2**20, description="a worker's cache of unpacked archives and their environments"
+    )
+    job_disk_bytes: int = Field(
+        10 * 2**30, ge=2**20, description="what a job's ranks may write in their folder; past it the job fails"
+    )
+    sandbox: Literal["auto", "required", "off"] = Field(
+        "auto",
+        description="auto: every job's ranks run in the sandbox where this host has bubblewrap and the worker is "
+        "root, else jobs with their own code wait; required: a worker that cannot sandbox does not start; off",
+    )
+    sandbox_max_processes: int = Field(
+        512, ge=16, le=1_000_000, description="processes and threads a job's ranks may have together"
+    )
 
     # API.
     max_request_bytes: int = Field(1024 * 1024, ge=1024)

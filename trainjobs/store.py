@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import posixpath
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,6 +61,23 @@ class CheckpointStore:
                 self.fs.put_file(str(spooled), self.path_of(relative))
         finally:
             spooled.unlink(missing_ok=True)
+
+    def put_stream(self, source: IO[bytes], relative: str) -> None:
+        """Put what `source` holds (an open file of someone else's) in the store, whole: copied to
+        a spool file first, then put as `put` does."""
+        spooled = self.spool_for(relative)
+        with open(spooled, "wb") as target:
+            shutil.copyfileobj(source, target, CHUNK_BYTES)
+            target.flush()
+            os.fsync(target.fileno())
+        self.put(spooled, relative)
+
+    def fetch(self, relative: str, local: Path) -> None:
+        """A copy of the object at `local`, whole (a resume's checkpoint, a code archive)."""
+        partial = local.with_name(local.name + ".partial")
+        with self.open(relative) as source, open(partial, "wb") as target:
+            shutil.copyfileobj(source, target, CHUNK_BYTES)
+        os.replace(partial, local)
 
     def open(self, relative: str) -> IO[bytes]:
         return self.fs.open(self.path_of(relative), "rb")

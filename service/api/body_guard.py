@@ -14,6 +14,8 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 BODY_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+# Routes that stream their body and bound it themselves (a code archive: up to 100 MiB).
+STREAMED = {("POST", "/v1/code")}
 
 
 class BodyGuardMiddleware:
@@ -22,7 +24,11 @@ class BodyGuardMiddleware:
         self.max_bytes = max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
+        if (
+            scope["type"] != "http"
+            or scope["method"] not in BODY_METHODS
+            or (scope["method"], scope["path"]) in STREAMED
+        ):
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])

@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from trainjobs.cli.code_commands import add_max_bytes, pushed
 from trainjobs.cli.output import print_json, print_table, printable
 from trainjobs.cli.progress import Progress
 from trainjobs.cli.registry import EXIT_FAILED, Commands, add_json, client_for
@@ -21,6 +22,8 @@ def register(commands: Commands) -> None:
         "--watch", action="store_true", help="follow the job until it ends; exit 0 only if it succeeded"
     )
     submit.add_argument("--idempotency-key")
+    submit.add_argument("--code", type=Path, metavar="DIR", help="pack DIR, upload it unless the API has it, run it")
+    add_max_bytes(submit)
     add_json(submit)
 
     jobs = commands.add("jobs", list_jobs, "list jobs, newest first (the first 50 unless --all)", client=True)
@@ -54,6 +57,8 @@ def register(commands: Commands) -> None:
 def submit_spec(args: argparse.Namespace) -> int:
     spec = read_spec(args.spec)
     with client_for(args) as client:
+        if args.code is not None:
+            spec["code"] = pushed(client, args.code, args.max_bytes)
         job = client.submit(spec, args.idempotency_key)
         if args.json:
             if args.watch:

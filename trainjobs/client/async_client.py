@@ -11,7 +11,10 @@ from typing import Any, Unpack
 import httpx
 
 from trainjobs.client.calls import AnswerT, Call, Calls, JobFilters, answer, auth_headers, changed, job_filters
-from trainjobs.client.sync_client import WAIT_POLL_SECONDS
+from trainjobs.client.errors import NotFound, raise_for
+from trainjobs.client.packing import Packed
+from trainjobs.client.sync_client import GZIP, WAIT_POLL_SECONDS
+from trainjobs.contract.code import CodeArchive
 from trainjobs.contract.events import EpochMetrics
 from trainjobs.contract.job import CheckpointInfo, JobDocument, JobPage, WorkerInfo
 from trainjobs.contract.states import TERMINAL_STATES
@@ -84,6 +87,31 @@ class AsyncTrainJobsClient:
 
     async def metrics(self, job_id: str) -> list[EpochMetrics]:
         return (await self._send(Calls.metrics(job_id))).items
+
+    async def code(self, code: str) -> CodeArchive:
+        return await self._send(Calls.code(code))
+
+    async def delete_code(self, code: str) -> None:
+        await self._send(Calls.delete_code(code))
+
+    async def push_code(self, packed: Packed) -> tuple[CodeArchive, bool]:
+        """As TrainJobsClient.push_code: uploaded unless the API has these bytes already."""
+        try:
+            return await self.code(packed.code), False
+        except NotFound:
+            pass
+
+        async def chunks() -> AsyncIterator[bytes]:
+            with open(packed.path, "rb") as archive:
+                while chunk := archive.read(1 << 20):
+                    yield chunk
+
+        response = await self.http.post(
+            "/v1/code", content=chunks(), headers=GZIP, timeout=httpx.Timeout(30.0, write=600.0)
+        )
+        if response.status_code >= 400:
+            raise_for(response)
+        return CodeArchive.model_validate_json(response.content), True
 
     async def checkpoints(self, job_id: str) -> list[CheckpointInfo]:
         return (await self._send(Calls.checkpoints(job_id))).items

@@ -11,6 +11,7 @@ import httpx
 from pydantic import BaseModel
 
 from trainjobs.client.errors import raise_for
+from trainjobs.contract.code import CodeArchive
 from trainjobs.contract.job import CheckpointList, JobDocument, JobPage, MetricsList, WorkerList
 
 AnswerT = TypeVar("AnswerT")
@@ -106,6 +107,14 @@ class Calls:
     @staticmethod
     def workers() -> Call[WorkerList]:
         return Call("GET", "/v1/workers", _model(WorkerList))
+
+    @staticmethod
+    def code(code: str) -> Call[CodeArchive]:
+        return Call("GET", f"/v1/code/{code}", _model(CodeArchive))
+
+    @staticmethod
+    def delete_code(code: str) -> Call[None]:
+        return Call("DELETE", f"/v1/code/{code}", _nothing)
 
     @staticmethod
     def logs(job_id: str, tail: int | None) -> Call[str]:

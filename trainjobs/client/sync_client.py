@@ -13,13 +13,17 @@ import httpx
 from httpx_sse import SSEError, connect_sse
 
 from trainjobs.client.calls import AnswerT, Call, Calls, JobFilters, answer, auth_headers, changed, job_filters
-from trainjobs.client.errors import Unreachable, raise_for
+from trainjobs.client.errors import NotFound, Unreachable, raise_for
+from trainjobs.client.packing import Packed
 from trainjobs.client.reconnect import reconnect_delay
+from trainjobs.contract.code import CodeArchive
 from trainjobs.contract.events import EpochMetrics
 from trainjobs.contract.job import CheckpointInfo, JobDocument, JobPage, WorkerInfo
 from trainjobs.contract.states import TERMINAL_STATES
 
 WAIT_POLL_SECONDS = 1.0
+GZIP = {"Content-Type": "application/gzip"}
+UPLOAD_TIMEOUT = httpx.Timeout(30.0, write=600.0)  # an archive may take minutes to send
 
 
 @dataclass(frozen=True)
@@ -163,6 +167,27 @@ class TrainJobsClient:
                         yield Event(int(sse.id), sse.event, json.loads(sse.data))
         except (httpx.TransportError, httpx.RemoteProtocolError, SSEError) as error:
             raise _Away(str(error) or type(error).__name__) from error
+
+    def code(self, code: str) -> CodeArchive:
+        return self._send(Calls.code(code))
+
+    def delete_code(self, code: str) -> None:
+        self._send(Calls.delete_code(code))
+
+    def push_code(self, packed: Packed) -> tuple[CodeArchive, bool]:
+        """The API's archive of these bytes, uploaded unless the API has it already; (the
+        archive, uploaded). Pack a folder with trainjobs.client.packing.pack first."""
+        try:
+            return self.code(packed.code), False
+        except NotFound:
+            pass
+        with open(packed.path, "rb") as archive:
+            response = self.http.post(
+                "/v1/code", content=archive, headers=GZIP, timeout=httpx.Timeout(30.0, write=600.0)
+            )
+        if response.status_code >= 400:
+            raise_for(response)
+        return CodeArchive.model_validate_json(response.content), True
 
     def download_checkpoint(self, job_id: str, checkpoint_id: str, destination: Path) -> Path:
         with self.http.stream("GET", f"/v1/jobs/{job_id}/checkpoints/{checkpoint_id}") as response:

@@ -74,6 +74,7 @@ class WorkerInfo(BaseModel):
     jobs: list[str]
     last_seen: datetime
     lost: bool
+    sandbox: bool = False
 
 
 class WorkerList(BaseModel):

@@ -25,6 +25,7 @@ from pydantic import (
 
 from trainjobs.contract import catalog
 from trainjobs.contract.catalog import SpecError, StrictModel
+from trainjobs.contract.code import CODE_ID, is_entry_reference
 
 # Characters that would act on a terminal or reorder the text around them where a name is shown:
 # C0/C1 controls (escape sequences among them) and the bidirectional overrides and isolates.
@@ -161,6 +162,12 @@ class JobSpec(StrictModel):
     seed: int = Field(0, ge=0, le=2**32 - 1)
     grad_clip_norm: float | None = Field(None, gt=0.0)
     max_runtime_seconds: int | None = Field(None, ge=1)
+    code: str | None = Field(
+        None,
+        pattern=CODE_ID.pattern,
+        description="a code archive this job's owner uploaded (POST /v1/code); with it, model.name and data.name "
+        "may name an entry inside it: package.module:attribute",
+    )
 
     @model_validator(mode="after")
     def _check_against_catalog(self) -> JobSpec:
@@ -172,16 +179,28 @@ class JobSpec(StrictModel):
         return self
 
     def _resolve_catalog(self) -> None:
+        """Built-in and installed entries are checked here, their params validated and filled. An
+        entry of the job's own code (`package.module:attribute`, with `code` set) is not: nothing
+        here imports a request's code. Its params are checked by the job's ranks, in their sandbox."""
         datasets, models = catalog.datasets(), catalog.models()
-        if self.data.name not in datasets:
-            raise SpecError("data.name", f"unknown dataset {self.data.name!r}; known: {sorted(datasets)}")
-        if self.model.name not in models:
-            raise SpecError("model.name", f"unknown model {self.model.name!r}; known: {sorted(models)}")
-        data_params = _validate_params(datasets[self.data.name].params, self.data.params, "data.params")
-        model_params = _validate_params(models[self.model.name].params, self.model.params, "model.params")
-        model_params = model_params.resolve(data_params.describe())
-        self.data.params = data_params.model_dump(mode="json")
-        self.model.params = model_params.model_dump(mode="json")
+        data_info = None
+        if not self.from_code(self.data.name):
+            if self.data.name not in datasets:
+                raise SpecError("data.name", f"unknown dataset {self.data.name!r}; known: {sorted(datasets)}")
+            data_params = validate_params(datasets[self.data.name].params, self.data.params, "data.params")
+            data_info = data_params.describe()
+            self.data.params = data_params.model_dump(mode="json")
+        if not self.from_code(self.model.name):
+            if self.model.name not in models:
+                raise SpecError("model.name", f"unknown model {self.model.name!r}; known: {sorted(models)}")
+            model_params = validate_params(models[self.model.name].params, self.model.params, "model.params")
+            if data_info is not None:  # else the worker fills them from the dataset it builds
+                model_params = model_params.resolve(data_info)
+            self.model.params = model_params.model_dump(mode="json")
+
+    def from_code(self, name: str) -> bool:
+        """Whether `name` is an entry of the job's own code archive."""
+        return self.code is not None and is_entry_reference(name)
 
     def _check_device_rules(self) -> None:
         if self.device == "cpu" and self.precision == "fp16":
@@ -239,7 +258,7 @@ def scaled_lr(base_lr: float, rule: str, k: int) -> float:
 ParamsT = TypeVar("ParamsT", bound=BaseModel)
 
 
-def _validate_params(params_type: type[ParamsT], params: dict[str, Any], field: str) -> ParamsT:
+def validate_params(params_type: type[ParamsT], params: dict[str, Any], field: str) -> ParamsT:
     try:
         return params_type.model_validate(params)
     except ValidationError as error:

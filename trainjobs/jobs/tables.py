@@ -181,6 +181,20 @@ class ApiTokenRow(Base):
     revoked_at: Mapped[datetime | None]
 
 
+class CodeArchiveRow(Base):
+    """A code archive an owner uploaded. The bytes live once in the checkpoint store, named by
+    their sha256 (trainjobs.contract.code.stored_path); each owner who uploaded them has a row,
+    and sees only their own."""
+
+    __tablename__ = "code_archives"
+
+    owner: Mapped[str] = mapped_column(String(128), primary_key=True)
+    id: Mapped[str] = mapped_column(String(71), primary_key=True)  # sha256:<64 hex>
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    files: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime]
+
+
 class DispatchIntentRow(Base):
     """The outbox: written in the job's own transaction, deleted once the message is sent."""
 

@@ -1,0 +1,48 @@
+"""A job's own code: the archive a user uploads (a gzip'd tar of their project), how it is named,
+where it is kept, and how a spec names a model or dataset inside it."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from pydantic import BaseModel
+
+CODE_ID = re.compile(r"sha256:[0-9a-f]{64}")  # an archive is named by the sha256 of its bytes
+# A model or dataset entry inside the archive: "package.module:attribute".
+ENTRY_REFERENCE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
+
+MAX_BYTES = 100 * 2**20  # TRAINJOBS_CODE_MAX_BYTES: the archive as uploaded
+MAX_UNPACKED_BYTES = 2**30  # TRAINJOBS_CODE_MAX_UNPACKED_BYTES: its files together
+MAX_FILES = 100_000  # members of one archive
+REQUIREMENTS = "requirements.txt"  # at the archive's root: installed into the job's environment
+
+
+class CodeArchive(BaseModel):
+    """What `POST /v1/code` and `GET /v1/code/{id}` answer."""
+
+    id: str
+    size_bytes: int
+    files: int
+    created_at: datetime
+
+
+def code_id(sha256_hex: str) -> str:
+    return f"sha256:{sha256_hex}"
+
+
+def digest_of(code: str) -> str:
+    """The hex digest a code id names."""
+    if not CODE_ID.fullmatch(code):
+        raise ValueError(f"{code!r} is not a code archive id (sha256:<64 hex digits>)")
+    return code.removeprefix("sha256:")
+
+
+def stored_path(code: str) -> str:
+    """Where the archive lives, relative to the checkpoint store. Content-addressed: the same
+    bytes are kept once, whoever uploaded them."""
+    return f"code/{digest_of(code)}.tar.gz"
+
+
+def is_entry_reference(name: str) -> bool:
+    return ENTRY_REFERENCE.fullmatch(name) is not None
