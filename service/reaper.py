@@ -62,12 +62,13 @@ def explain_waiting_jobs(
     with transaction(sessions) as session:
         demand = jobs.queued_demand(session)
     changed = 0
-    for device, gpus, nodes in demand:
+    for asked in demand:
         if changed >= limit:
             break
-        reason = waiting_reason(device, devices_per_node(gpus, nodes), workers, nodes)
+        needed = devices_per_node(asked.gpus, asked.nodes)
+        reason = waiting_reason(asked.device, needed, workers, asked.nodes, asked.own_code)
         with transaction(sessions) as session:
-            stale = jobs.queued_with_other_reason(session, device, gpus, nodes, reason, limit=limit - changed)
+            stale = jobs.queued_with_other_reason(session, asked, reason, limit=limit - changed)
             for job in stale:
                 lifecycle.explain_waiting(session, job, reason)
         changed += len(stale)

@@ -29,7 +29,9 @@ from trainjobs.worker.heartbeat import Heartbeat
 from trainjobs.worker.job_runner import JobRunner
 from trainjobs.worker.network import address_towards
 from trainjobs.worker.reporter import EventReporter
+from trainjobs.worker.sandbox import unavailable_because
 from trainjobs.worker.state_notices import StateNotices
+from trainjobs.worker.supervision import SandboxOptions
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,27 @@ def _job_runner(
         reporter=lambda job_id, attempt: EventReporter(client, settings.keys.events, job_id, attempt),
         notices=StateNotices(settings.redis_url, settings.namespace).start(),
         address=address,
+        sandbox=sandbox_options(settings),
+    )
+
+
+def sandbox_options(settings: Settings) -> SandboxOptions | None:
+    """How this worker's launchers sandbox ranks; None where it does not (TRAINJOBS_SANDBOX=off, or
+    the tools or root are missing: then jobs with their own code wait for a worker that can).
+    TRAINJOBS_SANDBOX=required and no sandbox: the worker does not start."""
+    if settings.sandbox == "off":
+        return None
+    missing = unavailable_because()
+    if missing is not None:
+        if settings.sandbox == "required":
+            raise SystemExit(f"TRAINJOBS_SANDBOX=required, but this worker cannot sandbox jobs: {missing}")
+        log.warning("no sandbox on this worker (%s): jobs with their own code will not run here", missing)
+        return None
+    return SandboxOptions(
+        slots=settings.run_path / "slots",
+        data_root=settings.data_root_path,
+        max_processes=settings.sandbox_max_processes,
+        max_file_bytes=settings.job_disk_bytes,
     )
 
 
@@ -98,7 +121,8 @@ def run_worker(settings: Settings, pool: DevicePool, hostname: str | None = None
     client = redis_client(settings)
     app = create_worker_app(settings, pool, hostname, client, address)
     print(f"worker {hostname}: {pool.size} {pool.kind} slot(s); other hosts reach its ranks at {address}", flush=True)
-    Heartbeat(client, settings.keys.workers, hostname, pool, settings.heartbeat_seconds).start()
+    sandboxed = sandbox_options(settings) is not None
+    Heartbeat(client, settings.keys.workers, hostname, pool, settings.heartbeat_seconds, sandboxed).start()
     app.worker_main(
         [
             "worker",

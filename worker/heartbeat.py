@@ -16,8 +16,11 @@ log = logging.getLogger(__name__)
 
 
 class Heartbeat:
-    def __init__(self, client: redis.Redis, key: str, hostname: str, pool: DevicePool, every_seconds: float):
+    def __init__(
+        self, client: redis.Redis, key: str, hostname: str, pool: DevicePool, every_seconds: float, sandbox: bool
+    ):
         self.client = client
+        self.sandbox = sandbox
         self.key = key
         self.hostname = hostname
         self.pool = pool
@@ -36,6 +39,7 @@ class Heartbeat:
             busy=self.pool.busy,
             jobs=self.pool.jobs(),
             last_seen=time.time(),
+            sandbox=self.sandbox,
         )
         self.client.hset(self.key, self.hostname, status.model_dump_json())
 

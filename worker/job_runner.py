@@ -15,11 +15,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, nullcontext
+from pathlib import Path
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from trainjobs.contract.events import StateChange
+from trainjobs.contract.events import MAX_LOG_LINE_CHARS, MAX_LOG_LINES_PER_EVENT, LogLines, StateChange
 from trainjobs.contract.run import RunRequest
 from trainjobs.contract.spec import JobSpec
 from trainjobs.contract.workers import WorkerStatus
@@ -27,11 +28,15 @@ from trainjobs.jobs import worker_gateway
 from trainjobs.jobs.db import transaction
 from trainjobs.jobs.scheduling import QueuedJob, first_in_line, waiting_reason
 from trainjobs.settings import Settings
+from trainjobs.store import CheckpointStore
 from trainjobs.worker import supervision
+from trainjobs.worker.code_cache import CodeCache, CodeFailed, PreparedCode
 from trainjobs.worker.devices import DevicePool, core_share
-from trainjobs.worker.job_watch import JobWatch
+from trainjobs.worker.job_watch import JobWatch, LeaseKeeper
 from trainjobs.worker.network import interface_of
 from trainjobs.worker.reporter import EventReporter
+from trainjobs.worker.sandbox import SandboxUsers
+from trainjobs.worker.slot import SETUP_LOG
 from trainjobs.worker.state_notices import StateNotices
 
 log = logging.getLogger(__name__)
@@ -51,6 +56,7 @@ class JobRunner:
         reporter: Callable[[str, int], EventReporter],
         notices: StateNotices | None = None,
         address: str = "127.0.0.1",
+        sandbox: supervision.SandboxOptions | None = None,
     ):
         self.settings = settings
         self.sessions = sessions
@@ -62,8 +68,16 @@ class JobRunner:
         self.notices = notices  # wakes a running job's watch on a change of its state (None: renewals only)
         self.address = address  # where other hosts reach this one's ranks (a multi-node job's node 0 serves there)
         self.socket_ifname = interface_of(address)
-        self.launchers = supervision.LauncherPool(settings.run_path / "launchers.log", settings.warm_launchers)
+        self.sandbox = sandbox  # how launchers sandbox ranks; None: not here (jobs with their own code wait)
+        self.launchers = supervision.LauncherPool(settings.run_path / "launchers.log", settings.warm_launchers, sandbox)
         self.watch = JobWatch(sessions, hostname, settings.lease_seconds)
+        self.code = CodeCache(
+            settings.home / "code-cache",
+            CheckpointStore(settings.checkpoint_store),
+            settings.code_cache_bytes,
+            settings.code_max_unpacked_bytes,
+            SandboxUsers(sandbox.slots / "users") if sandbox else None,
+        )
         self.launchers.replenish()
 
     def run(self, job_id: str) -> str:
@@ -77,11 +91,9 @@ class JobRunner:
         if view.job is None:
             return _dropped(job_id, view.state)
         fleet = self.live_workers()
-        if view.job.needed > self.pool.size or (
-            view.job.nodes > 1 and waiting_reason(view.job.device, view.job.needed, fleet, view.job.nodes)
-        ):
+        if not self._could_ever_run(view.job, fleet):
             return self._cannot_run_here(view.job, fleet)
-        first = first_in_line(view.job, view.older, self.pool.size, fleet)
+        first = first_in_line(view.job, view.older, self.pool.size, fleet, sandbox=self.sandbox is not None)
         lease = self.pool.lease_devices(first.needed, first.id)
         if lease is None:
             return "busy"
@@ -94,6 +106,11 @@ class JobRunner:
             # The watch has ended the launcher's process group by now, whatever happened to it.
             self.pool.release(lease)
 
+    def _could_ever_run(self, job: QueuedJob, fleet: list[WorkerStatus]) -> bool:
+        if job.needed > self.pool.size or (job.own_code and self.sandbox is None):
+            return False
+        return job.nodes == 1 or waiting_reason(job.device, job.needed, fleet, job.nodes, job.own_code) is None
+
     def _claim_and_run(self, job: QueuedJob, devices: list[int]) -> str:
         claimed = self._claim(job)
         if isinstance(claimed, str):
@@ -103,11 +120,41 @@ class JobRunner:
                 failed = StateChange(state="failed", stop_reason="error", error=claimed.missing_checkpoint)
                 self._report(claimed.id, claimed.attempt, failed)
             return "ran"
-        try:
-            self._launch_and_watch(self._run_request(claimed, devices))
-        finally:
-            self.launchers.replenish()  # the next job's launcher warms while the slot is idle
+        run_path = self.settings.run_path / claimed.id / f"attempt{claimed.attempt}"
+        run_path.mkdir(parents=True, exist_ok=True)
+        with ExitStack() as held:
+            try:
+                code = self._prepared_code(claimed, run_path, held)
+            except CodeFailed as failed:
+                self._setup_failed(claimed, run_path, str(failed))
+                return "ran"
+            try:
+                self._launch_and_watch(self._run_request(claimed, devices, run_path, code))
+            finally:
+                self.launchers.replenish()  # the next job's launcher warms while the slot is idle
         return "ran"
+
+    def _prepared_code(
+        self, claimed: worker_gateway.ClaimedJob, run_path: Path, held: ExitStack
+    ) -> PreparedCode | None:
+        """The job's own code from the cache (downloaded, unpacked, its requirements installed if
+        need be), held in the cache until `held` closes; the lease is kept meanwhile."""
+        code = claimed.spec.get("code")
+        if code is None:
+            return None
+        with LeaseKeeper(self.sessions, self.hostname, claimed.id, claimed.attempt, self.settings.lease_seconds):
+            return held.enter_context(self.code.prepared(code, run_path / SETUP_LOG))
+
+    def _setup_failed(self, claimed: worker_gateway.ClaimedJob, run_path: Path, error: str) -> None:
+        """The job cannot run its code: it fails saying why (never retried), with pip's output in its logs."""
+        log.warning("job %s: %s", claimed.id, error)
+        reporter = self.reporter(claimed.id, claimed.attempt)
+        setup = run_path / SETUP_LOG
+        lines = setup.read_text(errors="replace").splitlines() if setup.is_file() else []
+        for start in range(0, len(lines), MAX_LOG_LINES_PER_EVENT):
+            batch = [line[:MAX_LOG_LINE_CHARS] for line in lines[start : start + MAX_LOG_LINES_PER_EVENT]]
+            reporter.send(LogLines(rank=0, first_line=start, lines=batch))
+        reporter.send(StateChange(state="failed", stop_reason="error", error=error))
 
     def _claim(self, job: QueuedJob) -> worker_gateway.ClaimedJob | str:
         """The job, claimed for this worker (or this worker's node of it): or why not."""
@@ -150,7 +197,7 @@ class JobRunner:
         return "busy"
 
     def _cannot_run_here(self, job: QueuedJob, fleet: list[WorkerStatus]) -> str:
-        reason = waiting_reason(job.device, job.needed, fleet, job.nodes)
+        reason = waiting_reason(job.device, job.needed, fleet, job.nodes, job.own_code)
         if reason is None:
             return "elsewhere"  # too big for this worker, but another live one fits
         with transaction(self.sessions) as session:
@@ -158,10 +205,10 @@ class JobRunner:
         log.warning("job %s: %s", job.id, reason)
         return "dropped"
 
-    def _run_request(self, claimed: worker_gateway.ClaimedJob, devices: list[int]) -> RunRequest:
+    def _run_request(
+        self, claimed: worker_gateway.ClaimedJob, devices: list[int], run_path: Path, code: PreparedCode | None
+    ) -> RunRequest:
         spec = JobSpec.model_validate(claimed.spec)
-        run_path = self.settings.run_path / claimed.id / f"attempt{claimed.attempt}"
-        run_path.mkdir(parents=True, exist_ok=True)
         return RunRequest(
             job_id=claimed.id,
             attempt=claimed.attempt,
@@ -184,6 +231,8 @@ class JobRunner:
             process_group_timeout_seconds=self.settings.process_group_timeout_seconds,
             threads_per_rank=core_share(self.pool.size),
             progress_interval_seconds=self.settings.progress_seconds,
+            code_dir=str(code.archive) if code else None,
+            packages_dir=str(code.packages) if code and code.packages else None,
         )
 
     def _launch_and_watch(self, request: RunRequest) -> None:

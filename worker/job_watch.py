@@ -121,3 +121,33 @@ class JobWatch:
                 log.warning("job %s: lease check failed (%s); trying again in %.1f s", request.job_id, error, pause)
                 time.sleep(pause)
                 pause = min(pause * 2, RETRY_MAX_SECONDS)
+
+
+class LeaseKeeper:
+    """Renews a claimed job's lease from a thread of its own while the worker prepares the job
+    (downloads its code, installs its requirements) before its watch starts."""
+
+    def __init__(self, sessions: sessionmaker[Session], hostname: str, job_id: str, attempt: int, lease_seconds: float):
+        self.sessions = sessions
+        self.hostname = hostname
+        self.job_id = job_id
+        self.attempt = attempt
+        self.lease_seconds = lease_seconds
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name=f"lease-{job_id}", daemon=True)
+
+    def __enter__(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.lease_seconds / 3):
+            try:
+                with transaction(self.sessions) as session:
+                    worker_gateway.check_lease(session, self.job_id, self.hostname, self.attempt, self.lease_seconds)
+            except SQLAlchemyError as error:
+                log.warning("job %s: lease not renewed while preparing (%s)", self.job_id, error)

@@ -26,6 +26,7 @@ the launcher, its fork server and its ranks as one process group.
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -33,22 +34,25 @@ import multiprocessing.forkserver
 import os
 import re
 import signal
-import socket
 import sys
 import time
-from dataclasses import dataclass
-from datetime import timedelta
+from multiprocessing import resource_tracker
 from pathlib import Path
 
 import redis
-import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from trainjobs.contract.events import StateChange
 from trainjobs.contract.run import RankResult, RunRequest
+from trainjobs.store import CheckpointStore
 from trainjobs.worker.log_shipper import LogShipper
+from trainjobs.worker.namespace_pids import use_host_pids
 from trainjobs.worker.rank import run_rank
+from trainjobs.worker.rank_files import read_rank_text
+from trainjobs.worker.rendezvous import Rendezvous, RendezvousRefused
+from trainjobs.worker.report_relay import ReportRelay
 from trainjobs.worker.reporter import EventReporter
+from trainjobs.worker.slot import AttemptFiles, Slot
 
 log = logging.getLogger("trainjobs.launcher")
 
@@ -63,140 +67,76 @@ FORK_SERVER_PRELOAD = ["trainjobs.worker.warm_imports"]
 RANK_MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(64 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
 
 
-def warm_up() -> None:
-    """Start the fork server that ranks are forked from, with what they need already imported.
-    Idempotent; the server lives as long as this process (it exits when we do). glibc reads its
-    malloc settings when a process starts: the fork server is a new process, and ranks inherit it."""
+def warm_up(sandboxed_python: Path | None = None) -> None:
+    """Start the fork server that ranks are forked from, with what they need already imported
+    (inside the sandbox, when `sandboxed_python` runs Python there). Idempotent; the server lives
+    as long as this process (it exits when we do). glibc reads its malloc settings when a process
+    starts: the fork server is a new process, and ranks inherit it."""
     for name, value in RANK_MALLOC_ENV.items():
         os.environ.setdefault(name, value)
+    if sandboxed_python is not None:
+        resource_tracker.ensure_running()  # outside: it is the launcher's, not the job's
+        multiprocessing.set_executable(str(sandboxed_python))
     multiprocessing.set_forkserver_preload(FORK_SERVER_PRELOAD)
     multiprocessing.forkserver.ensure_running()
 
 
-@dataclass(frozen=True)
-class ServedStore:
-    """A TCPStore and the listening socket it serves on (which must live as long as it does)."""
-
-    store: dist.TCPStore
-    listener: socket.socket
-
-    @property
-    def port(self) -> int:
-        return int(self.store.port)
-
-
-def rendezvous_store(world_size: int, timeout_seconds: float, host: str = "127.0.0.1") -> ServedStore:
-    """The ranks' rendezvous, served by the launcher as torchrun's agent serves it, listening on
-    `host` alone (loopback for a one-node job, the worker's address for several nodes).
-
-    The listening socket is bound here, on a port the kernel picks, and handed to the store:
-    torch's store would otherwise listen on every interface of the host. Probing for a free port
-    and handing its number to rank 0 to bind later would race with every other socket on the host
-    (a client's outgoing connection can take that port in between) and fail the job."""
-    listener = socket.create_server((host, 0), family=_family_of(host), backlog=1024)
-    store = dist.TCPStore(
-        host,
-        listener.getsockname()[1],
-        world_size,
-        is_master=True,
-        wait_for_workers=False,
-        timeout=timedelta(seconds=timeout_seconds),
-        master_listen_fd=listener.fileno(),
-    )
-    return ServedStore(store, listener)
-
-
-def _family_of(host: str) -> socket.AddressFamily:
-    return socket.AF_INET6 if ":" in host else socket.AF_INET
-
-
-class Rendezvous:
-    """Where this node's ranks meet the others: a TCPStore, as torch ships it. One node: served
-    here on loopback. Several: node 0's launcher serves it at its worker's address and publishes
-    "address:port" in Redis under the attempt's key; the other nodes' launchers read the port
-    there, and accept it only at the address node 0's worker recorded in SQL for this attempt
-    (`request.rendezvous_host`): whoever can write to Redis cannot point ranks elsewhere."""
-
-    def __init__(self, request: RunRequest, client: redis.Redis | None):
-        timeout = request.process_group_timeout_seconds
-        self.store: ServedStore | None = None
-        if request.nodes == 1:
-            self.store = rendezvous_store(request.spec.world_size, timeout)
-            self.host, self.port = "127.0.0.1", self.store.port
-        elif request.node_rank == 0:
-            assert client is not None and request.rendezvous_key is not None
-            self.store = rendezvous_store(request.spec.world_size, timeout, host=request.address)
-            self.host, self.port = request.address, self.store.port
-            client.set(request.rendezvous_key, f"{self.host}:{self.port}", ex=RENDEZVOUS_KEY_SECONDS)
-        else:
-            assert client is not None and request.rendezvous_key is not None
-            self.host, self.port = _published(client, request.rendezvous_key, timeout)
-            if self.host != request.rendezvous_host:
-                raise RendezvousRefused(
-                    f"the rendezvous published for node 0 is at {self.host}, not at {request.rendezvous_host}, "
-                    "the address its worker recorded"
-                )
-
-
-class RendezvousRefused(Exception):
-    """The published rendezvous is not node 0's."""
-
-
-RENDEZVOUS_KEY_SECONDS = 24 * 3600
-
-
-def _published(client: redis.Redis, key: str, timeout_seconds: float) -> tuple[str, int]:
-    deadline = time.monotonic() + timeout_seconds
-    while time.monotonic() < deadline:
-        value = client.get(key)
-        if value:
-            host, _, port = (value.decode() if isinstance(value, bytes) else str(value)).rpartition(":")
-            return host, int(port)
-        time.sleep(0.2)
-    raise TimeoutError(f"node 0 did not publish its rendezvous within {timeout_seconds:.0f} s")
-
-
-def launch(request: RunRequest, parent_pid: int | None = None, client: redis.Redis | None = None) -> StateChange | None:
-    """Run this node's ranks of one attempt; return the final state to report, or None: the
-    worker that started us (`parent_pid`, when given) is gone, or this is a node other than 0
-    whose ranks all finished (node 0 reports the job's end)."""
+def launch(
+    request: RunRequest,
+    parent_pid: int | None = None,
+    client: redis.Redis | None = None,
+    ranks: RunRequest | None = None,
+    disk_bytes: int | None = None,
+) -> StateChange | None:
+    """Run this node's ranks of one attempt (given `ranks`, their own request [`request`]); return
+    the final state to report, or None: the worker that started us (`parent_pid`, when given) is
+    gone, or this is a node other than 0 whose ranks all finished (node 0 reports the job's end).
+    Past `disk_bytes` in the ranks' folder the job fails, saying so."""
+    ranks = ranks or request
     warm_up()  # at once when the worker started us ahead of the job
     try:
-        rendezvous = Rendezvous(request, client)
+        rendezvous = Rendezvous(ranks, client)  # a store file in the ranks' own folder
     except (TimeoutError, RendezvousRefused) as error:
         return StateChange(
             state="failed", stop_reason="error", error=f"node {request.node_rank} ({request.hostname}): {error}"
         )
     context = mp.start_processes(
         run_rank,
-        args=(request, rendezvous.host, rendezvous.port),
+        args=(ranks, rendezvous.address),
         nprocs=request.ranks_here,
         join=False,
         start_method="forkserver",
     )
+    # A sandboxed fork server names its ranks by their pids in its own namespace.
+    use_host_pids(context.processes, multiprocessing.forkserver._forkserver._forkserver_pid)  # type: ignore[attr-defined]
     parent = ParentWatch(parent_pid)
     try:
-        outcome = _watch_ranks(request, context, parent)
+        outcome = _watch_ranks(ranks, context, parent, disk_bytes)
     finally:
         parent.close()
         _end_ranks(context)
     if outcome is not None or parent.gone() or request.node_rank > 0:
         return outcome
-    return _success(request) or StateChange(
+    return _success(ranks) or StateChange(
         state="failed", stop_reason="error", error="all ranks exited but rank 0 wrote no result"
     )
 
 
-def _watch_ranks(request: RunRequest, context, parent: ParentWatch) -> StateChange | None:
-    """Asleep until a rank exits, the worker goes or the deadline passes, rather than waking twice
-    a second for nothing beside the job's ranks. None when the ranks all ended or the worker went;
-    else the state to report (a rank failed, or the job ran past its time)."""
+def _watch_ranks(request: RunRequest, context, parent: ParentWatch, disk_bytes: int | None) -> StateChange | None:
+    """Asleep until a rank exits, the worker goes or the deadline passes (and, with a bound on
+    the ranks' files, every DISK_CHECK_SECONDS), rather than waking twice a second for nothing
+    beside the job's ranks. None when the ranks all ended or the worker went; else the state to
+    report (a rank failed, the job ran past its time or wrote past its bound)."""
     runtime = request.spec.max_runtime_seconds
     deadline = time.monotonic() + runtime if runtime else None
     while True:
         timeouts = [parent.poll_seconds] if parent.poll_seconds is not None else []
         if deadline is not None:
             timeouts.append(max(0.0, deadline - time.monotonic()))
+        if disk_bytes is not None:
+            timeouts.append(DISK_CHECK_SECONDS)
+            if folder_bytes(request.rank_path) > disk_bytes:
+                return StateChange(state="failed", stop_reason="error", error=_past_disk_bound(disk_bytes))
         multiprocessing.connection.wait([*context.sentinels, *parent.fds], timeout=min(timeouts, default=None))
         try:
             if context.join(timeout=0):
@@ -249,14 +189,18 @@ def _failure_or_late_success(request: RunRequest, local_rank: int, exit_code: in
     if success is not None:
         log.warning("rank %d exited with %s after the job finished; the job's result stands", local_rank, exit_code)
         return success
+    if exit_code == -signal.SIGXFSZ:  # a file past the sandbox's bound (RLIMIT_FSIZE)
+        return StateChange(state="failed", stop_reason="error", error=_past_disk_bound(None))
     rank = request.global_rank(local_rank)
     how = f"exit code {exit_code}" if exit_code >= 0 else f"signal {signal.Signals(-exit_code).name}"
     where = f" on {request.hostname}" if request.nodes > 1 else ""
     error = f"rank {rank}{where} failed ({how})"
-    error_file = request.run_path / f"rank{rank}.error"
+    written = read_rank_text(request.rank_path, f"rank{rank}.error")  # never through a link the rank made
+    if written and FILE_TOO_LARGE in written:  # Python ignores SIGXFSZ: the write raised EFBIG
+        return StateChange(state="failed", stop_reason="error", error=_past_disk_bound(None))
     tail = ""
-    if error_file.exists():
-        tail = without_server_paths("\n".join(error_file.read_text().strip().splitlines()[-TRACEBACK_LINES:]), request)
+    if written:
+        tail = without_server_paths("\n".join(written.strip().splitlines()[-TRACEBACK_LINES:]), request)
         error += ":\n" + tail
     if request.nodes > 1 and PEER_LOST.search(tail):
         time.sleep(PEER_LOSS_GRACE_SECONDS)
@@ -271,18 +215,46 @@ def without_server_paths(text: str, request: RunRequest) -> str:
     for root, name in (
         (request.data_root, "<data>"),
         (request.checkpoint_dir, "<checkpoints>"),
+        (request.rank_dir, "<run>"),
         (request.run_dir, "<run>"),
+        (request.code_dir, "<code>"),
+        (request.packages_dir, "<packages>"),
     ):
-        text = text.replace(root.rstrip("/") + "/", name + "/")
+        if root:
+            text = text.replace(root.rstrip("/") + "/", name + "/")
     return re.sub(r'File "(?:[^"]*/)?([^"/]+)"', r'File "\1"', text)
 
 
 def _success(request: RunRequest) -> StateChange | None:
-    result_file = request.run_path / "result.json"
-    if not result_file.exists():
+    written = read_rank_text(request.rank_path, "result.json")
+    if written is None:
         return None
-    result = RankResult.model_validate_json(result_file.read_text())
+    try:
+        result = RankResult.model_validate_json(written)
+    except ValueError:
+        return StateChange(state="failed", stop_reason="error", error="rank 0 wrote a result that is not one")
     return StateChange(state="succeeded", stop_reason=result.stop_reason)
+
+
+DISK_CHECK_SECONDS = 1.0
+FILE_TOO_LARGE = f"[Errno {errno.EFBIG}]"  # a write past RLIMIT_FSIZE, as a traceback names it
+
+
+def folder_bytes(folder: Path) -> int:
+    """What the files under `folder` hold (links not followed)."""
+    total = 0
+    for root, _folders, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def _past_disk_bound(limit: int | None) -> str:
+    bound = f" of {limit:,} bytes" if limit else ""
+    return f"the job's ranks wrote past their bound on disk{bound} (TRAINJOBS_JOB_DISK_BYTES)"
 
 
 def _end_ranks(context) -> None:
@@ -297,28 +269,64 @@ def _end_ranks(context) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description="one job attempt's launcher, started ahead of its job by a worker")
-    parser.add_argument("--parent", type=int, required=True, help="the worker's pid: we end our ranks if it goes")
-    parent_pid = parser.parse_args().parent
+    args = _arguments()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s launcher %(levelname)s %(message)s")
-    warm_up()
-    line = sys.stdin.readline()  # the run request's path, once the job arrives
-    if not line.strip():
-        return  # the worker closed the pipe (it stopped, or was lost) before giving us a job
-    request = RunRequest.model_validate_json(Path(line.strip()).read_text())
-    _log_to(request.run_path / "launcher.log")
+    slot = None
+    if args.slots is not None:
+        slot = Slot.claim(args.slots, args.data_root, args.host_network, args.max_processes, args.max_file_bytes)
+        os.chdir(slot.path)  # the ranks start from here: a place their sandbox has
+    try:
+        warm_up(slot.python if slot else None)
+        line = sys.stdin.readline()  # the run request's path, once the job arrives
+        if not line.strip():
+            return  # the worker closed the pipe (it stopped, or was lost) before giving us a job
+        request_file = Path(line.strip())
+        request = RunRequest.model_validate_json(request_file.read_text())
+        request_file.unlink()  # it holds the Redis URL (and password): nobody reads it after us
+        _log_to(request.run_path / "launcher.log")
+        outcome = run_attempt(request, slot, args.parent, args.max_file_bytes if slot else None)
+    finally:
+        if slot is not None:
+            slot.release()
+    if outcome is None:
+        sys.exit(0 if os.getppid() == args.parent else 3)
+
+
+def run_attempt(request: RunRequest, slot: Slot | None, parent_pid: int, disk_bytes: int | None) -> StateChange | None:
+    """Give the ranks their files, relay rank 0's reports, run the ranks, report how it ended."""
     assert request.redis_url is not None and request.events_stream is not None
     client = redis.Redis.from_url(request.redis_url, socket_timeout=10, socket_connect_timeout=5)
     reporter = EventReporter(client, request.events_stream, request.job_id, request.attempt)
-    shipper = LogShipper(request.run_path, reporter.send).start()
+    store = CheckpointStore(request.checkpoint_dir)
+    files = AttemptFiles(request, slot, store)
+    ranks = files.for_ranks()
+    relay = ReportRelay(files.channel, files.rank_dir, reporter.send, store, request.job_id, request.attempt,
+                        files.owner_uid).start()  # fmt: skip
+    shipper = LogShipper(files.rank_dir, reporter.send).start()
     try:
-        outcome = launch(request, parent_pid, client)
+        outcome = launch(request, parent_pid, client, ranks, disk_bytes)
     finally:
+        relay.finish(timeout=RELAY_SECONDS)  # every report, every checkpoint in the store, before the end
         shipper.stop()  # every line is sent before the final state
-    if outcome is None:
-        sys.exit(0 if os.getppid() == parent_pid else 3)
-    reporter.send(outcome)
-    log.info("job %s attempt %d: %s %s", request.job_id, request.attempt, outcome.state, outcome.stop_reason or "")
+        files.keep()
+    if outcome is not None:
+        reporter.send(outcome)
+        log.info("job %s attempt %d: %s %s", request.job_id, request.attempt, outcome.state, outcome.stop_reason or "")
+    return outcome
+
+
+RELAY_SECONDS = 600.0  # the last checkpoints' uploads, at most
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="one job attempt's launcher, started ahead of its job by a worker")
+    parser.add_argument("--parent", type=int, required=True, help="the worker's pid: we end our ranks if it goes")
+    parser.add_argument("--slots", type=Path, help="run the ranks in a sandbox, its slot under this folder")
+    parser.add_argument("--data-root", type=Path, default=Path("/nonexistent"), help="read-only in the sandbox")
+    parser.add_argument("--host-network", action="store_true", help="the sandbox keeps the host's network")
+    parser.add_argument("--max-processes", type=int, default=512, help="the ranks' processes and threads")
+    parser.add_argument("--max-file-bytes", type=int, default=2**34, help="what the ranks may write")
+    return parser.parse_args()
 
 
 def _log_to(path: Path) -> None:

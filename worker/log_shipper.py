@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from trainjobs.contract.events import MAX_LOG_LINE_CHARS, MAX_LOG_LINES_PER_EVENT, LogLines
 from trainjobs.worker.directory_changes import DirectoryChanges
+from trainjobs.worker.rank_files import NotARankFile, open_rank_file
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,8 @@ LOOK_ANYWAY_SECONDS = 60.0
 class RankLog:
     """One rank's log file, read from where the last read stopped; whole lines only."""
 
-    def __init__(self, path: Path, rank: int):
+    def __init__(self, folder: Path, path: Path, rank: int):
+        self.folder = folder
         self.path = path
         self.rank = rank
         self.offset = 0  # bytes read
@@ -47,9 +49,12 @@ class RankLog:
         self.partial = b""  # a line not yet ended by a newline
 
     def new_lines(self, final: bool) -> list[str]:
-        with open(self.path, "rb") as file:
-            file.seek(self.offset)
-            data = file.read()
+        try:  # never through a link a rank put there (trainjobs.worker.rank_files)
+            with open_rank_file(self.folder, self.path.name) as file:
+                file.seek(self.offset)
+                data = file.read()
+        except NotARankFile:
+            data = b""
         self.offset += len(data)
         text = self.partial + data
         *whole, self.partial = text.split(b"\n")
@@ -95,7 +100,7 @@ class LogShipper:
             if match is None:
                 continue
             rank = int(match.group(1))
-            rank_log = self.logs.setdefault(rank, RankLog(path, rank))
+            rank_log = self.logs.setdefault(rank, RankLog(self.run_path, path, rank))
             lines = rank_log.new_lines(final)
             for start in range(0, len(lines), MAX_LOG_LINES_PER_EVENT):
                 batch = lines[start : start + MAX_LOG_LINES_PER_EVENT]

@@ -1,7 +1,10 @@
 """The spawn target: one DDP rank. Set up, build, train, tear down.
 
-Each rank's stdout and stderr go to its own log file in the run directory. A rank that raises
-writes its traceback next to it for the launcher to report. A rank ends with os._exit once its
+Each rank's stdout and stderr go to its own log file in its folder (`request.rank_dir`: in the
+sandbox's slot for a service job). A rank that raises writes its traceback next to it for the
+launcher to report. A job's own code is first on the import path, its packages next. Rank 0 of a
+service job reports to its launcher (trainjobs.worker.trainer.handoff), never to Redis or the
+store itself. A rank ends with os._exit once its
 output is flushed and its process group destroyed: with torch 2.13/2.14 on CPU, gloo ranks
 sometimes abort (SIGABRT) in interpreter shutdown after all their work is done, and skipping
 that shutdown avoids it.
@@ -12,35 +15,42 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch.distributed as dist
 
-from trainjobs.contract.run import RankResult, RunRequest
+from trainjobs.contract.run import RankResult, RunRequest, StoreAddress
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
+
     from trainjobs.worker.trainer.distributed import RankContext
     from trainjobs.worker.trainer.trainer import Trainer
 
 
-def run_rank(local_rank: int, request: RunRequest, store_host: str, store_port: int) -> None:
+def run_rank(local_rank: int, request: RunRequest, store: StoreAddress) -> None:
     """One rank of this node: `local_rank` here, global rank `request.global_rank(local_rank)`."""
     rank = request.global_rank(local_rank)
     if not request.is_local:
         _redirect_output(request, rank)
-    if request.nodes > 1 and request.socket_ifname:
-        # gloo and NCCL connect across hosts on the interface of the worker's address. Set here,
-        # in the rank: a rank is forked from a fork server that started before the job was known.
-        os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = request.socket_ifname
+    sys.path[:0] = [path for path in (request.code_dir, request.packages_dir) if path]
+    _own_multiprocessing()
+    # gloo and NCCL connect across hosts on the interface of the worker's address, and on one node
+    # over loopback (a sandbox's own network has nothing else, and its host name resolves to
+    # nothing). Set here, in the rank: it is forked from a fork server that started before the job.
+    interface = request.socket_ifname if request.nodes > 1 else "lo"
+    if interface:
+        os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = interface
     exit_code = 0
     try:
-        stop_reason = train_rank(rank, request, store_port, store_host, local_rank)
+        stop_reason = train_rank(rank, request, store, local_rank)
         if rank == 0:
             result = RankResult(stop_reason=stop_reason)
-            (request.run_path / "result.json").write_text(result.model_dump_json())
+            (request.rank_path / "result.json").write_text(result.model_dump_json())
     except BaseException:
         exit_code = 1
-        (request.run_path / f"rank{rank}.error").write_text(traceback.format_exc())
+        (request.rank_path / f"rank{rank}.error").write_text(traceback.format_exc())
         traceback.print_exc()
     finally:
         if dist.is_initialized() and exit_code == 0:
@@ -50,9 +60,18 @@ def run_rank(local_rank: int, request: RunRequest, store_host: str, store_port: 
         os._exit(exit_code)
 
 
-def train_rank(
-    rank: int, request: RunRequest, store_port: int, store_host: str = "127.0.0.1", local_rank: int | None = None
-) -> str:
+def _own_multiprocessing() -> None:
+    """Processes this rank starts (its data loader's workers) are its own: started by this
+    interpreter, with their sockets in this rank's /tmp. A rank is forked from its launcher's fork
+    server and inherits the launcher's choices: the executable that starts a sandbox (none can be
+    made inside one) and a temporary folder outside it."""
+    import multiprocessing
+
+    multiprocessing.set_executable(sys.executable)
+    multiprocessing.current_process()._config.pop("tempdir", None)  # type: ignore[attr-defined]
+
+
+def train_rank(rank: int, request: RunRequest, store: StoreAddress, local_rank: int | None = None) -> str:
     """Set up this rank's process group, build the job's parts, train; return the stop reason."""
     # Imported here: the spawned interpreter pays for torch only once it is a rank.
 
@@ -64,12 +83,11 @@ def train_rank(
     context = init_rank(
         rank,
         spec.world_size,
-        store_port,
+        store,
         spec.device,
         request.process_group_timeout_seconds,
         leased_gpus=request.devices,
         threads=request.threads_per_rank,
-        store_host=store_host,
         local_rank=rank if local_rank is None else local_rank,
     )
     print(
@@ -90,15 +108,23 @@ def _trainer(request: RunRequest, context: RankContext) -> Trainer:
     """The job's trainer on this rank, given its parts, and resumed or initialised as asked."""
     from pathlib import Path
 
-    from trainjobs.worker.reporter import reporter_for
+    from trainjobs.worker.reporter import ConsoleReporter
     from trainjobs.worker.trainer.builder import build_parts
-    from trainjobs.worker.trainer.checkpoints import Checkpointer, storage_at
+    from trainjobs.worker.trainer.catalog import resolve_code_entries
+    from trainjobs.worker.trainer.checkpoints import Checkpointer, CheckpointStorage, storage_at
+    from trainjobs.worker.trainer.handoff import HandedOverStorage, LauncherChannel
     from trainjobs.worker.trainer.telemetry import EpochTelemetry
     from trainjobs.worker.trainer.trainer import Trainer
 
-    spec = request.spec
-    report = reporter_for(request).send if context.is_main else None
-    storage = storage_at(request.checkpoint_dir)
+    spec = resolve_code_entries(request.spec)  # the job's own entries: imported here, in the sandbox
+    report: Callable[[BaseModel], None] | None = None
+    storage: CheckpointStorage
+    if request.channel is None:  # `trainjobs train`: the console, and the store
+        storage = storage_at(request.checkpoint_dir)
+        report = ConsoleReporter(request.run_path, request.job_id, request.attempt).send if context.is_main else None
+    else:
+        storage = HandedOverStorage(request.rank_path)
+        report = LauncherChannel(request.channel).send if context.is_main else None
     checkpointer = Checkpointer(storage, request.job_id, request.attempt, spec.checkpoint.keep_last, report)
     parts = build_parts(spec, context, Path(request.data_root))
     telemetry = EpochTelemetry(
@@ -115,7 +141,7 @@ def _trainer(request: RunRequest, context: RankContext) -> Trainer:
 
 
 def _redirect_output(request: RunRequest, rank: int) -> None:
-    with open(request.run_path / f"rank{rank}.log", "ab", buffering=0) as log:
+    with open(request.rank_path / f"rank{rank}.log", "ab", buffering=0) as log:
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
     # The rank's streams for the rest of its life: over the log file's copies in fds 1 and 2.

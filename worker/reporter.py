@@ -16,7 +16,6 @@ import redis
 from pydantic import BaseModel
 
 from trainjobs.contract.events import CheckpointRecord, CheckpointRemoved, EpochMetrics, JobEvent, Progress, StateChange
-from trainjobs.contract.run import RunRequest
 
 log = logging.getLogger(__name__)
 
@@ -84,12 +83,3 @@ class ConsoleReporter:
             case _:
                 line = payload.model_dump_json()
         print(line, flush=True)
-
-
-def reporter_for(request: RunRequest) -> EventReporter | ConsoleReporter:
-    if request.is_local:
-        return ConsoleReporter(request.run_path, request.job_id, request.attempt)
-    # The launcher and rank 0 are processes of their own: each builds its one client here.
-    assert request.redis_url is not None and request.events_stream is not None
-    client = redis.Redis.from_url(request.redis_url, socket_timeout=10, socket_connect_timeout=5)
-    return EventReporter(client, request.events_stream, request.job_id, request.attempt)

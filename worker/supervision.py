@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from trainjobs.contract.run import RunRequest
@@ -30,13 +31,35 @@ TERMINATE_GRACE_SECONDS = 5.0
 HANDOVER_TRIES = 3  # a launcher that dies as it is handed a job is replaced, but not without end
 
 
+@dataclass(frozen=True)
+class SandboxOptions:
+    """How a worker's launchers sandbox their ranks (trainjobs.worker.sandbox)."""
+
+    slots: Path  # where each launcher makes its slot
+    data_root: Path
+    max_processes: int
+    max_file_bytes: int
+
+    def arguments(self, host_network: bool) -> list[str]:
+        return [
+            f"--slots={self.slots}",
+            f"--data-root={self.data_root}",
+            f"--max-processes={self.max_processes}",
+            f"--max-file-bytes={self.max_file_bytes}",
+            *(["--host-network"] if host_network else []),
+        ]
+
+
 class LauncherPool:
     """Launchers waiting for their job, `ready` of them at most (0: each is started with its job).
-    Their output goes to `log_path` until they are given a job (then to its launcher.log)."""
+    Their output goes to `log_path` until they are given a job (then to its launcher.log). With a
+    `sandbox`, each runs its ranks in one; a waiting launcher's sandbox has no network but
+    loopback, so a multi-node job (whose ranks reach their peers) gets a launcher started for it."""
 
-    def __init__(self, log_path: Path, ready: int):
+    def __init__(self, log_path: Path, ready: int, sandbox: SandboxOptions | None = None):
         self.log_path = log_path
         self.ready = ready
+        self.sandbox = sandbox
         self._waiting: list[subprocess.Popen[bytes]] = []
         self._lock = threading.Lock()
 
@@ -45,8 +68,9 @@ class LauncherPool:
         (one that died while it waited is replaced), or to one started now."""
         request_file = request.run_path / "request.json"
         request_file.write_text(request.model_dump_json())
+        host_network = request.nodes > 1
         for _ in range(HANDOVER_TRIES):
-            launcher = self._take() or self._start()
+            launcher = (None if host_network else self._take()) or self._start(host_network)
             try:
                 assert launcher.stdin is not None
                 launcher.stdin.write(f"{request_file}\n".encode())
@@ -84,11 +108,12 @@ class LauncherPool:
                 )
         return None
 
-    def _start(self) -> subprocess.Popen[bytes]:
+    def _start(self, host_network: bool = False) -> subprocess.Popen[bytes]:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        sandbox = self.sandbox.arguments(host_network) if self.sandbox else []
         with open(self.log_path, "ab") as launcher_log:
             return subprocess.Popen(
-                [sys.executable, "-m", "trainjobs.worker.launcher", "--parent", str(os.getpid())],
+                [sys.executable, "-m", "trainjobs.worker.launcher", "--parent", str(os.getpid()), *sandbox],
                 stdin=subprocess.PIPE,
                 stdout=launcher_log,
                 stderr=subprocess.STDOUT,

@@ -12,9 +12,8 @@ import torch.distributed as dist
 
 from trainjobs.contract.checkpoints import checkpoint_id, checkpoint_path
 from trainjobs.contract.events import StateChange
-from trainjobs.contract.run import RunRequest
+from trainjobs.contract.run import RunRequest, StoreAddress
 from trainjobs.contract.spec import JobSpec
-from trainjobs.worker.launcher import rendezvous_store
 from trainjobs.worker.local_run import local_request, train_locally
 from trainjobs.worker.rank import train_rank
 
@@ -74,9 +73,9 @@ def run_locally(
 
 def train_in_process(request: RunRequest) -> StateChange:
     """The one rank of a one-rank job, run in this process as a spawned rank would run it."""
-    store = rendezvous_store(1, timeout_seconds=60)
+    store = StoreAddress(file=str(request.rank_path / "rendezvous.store"))
     try:
-        return StateChange(state="succeeded", stop_reason=train_rank(0, request, store.port))
+        return StateChange(state="succeeded", stop_reason=train_rank(0, request, store))
     except Exception as error:
         return StateChange(state="failed", stop_reason="error", error=f"{type(error).__name__}: {error}")
     finally:

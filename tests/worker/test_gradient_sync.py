@@ -4,8 +4,8 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
 from tests.worker.local_training import mlp_spec
+from trainjobs.contract.run import StoreAddress
 from trainjobs.contract.spec import JobSpec
-from trainjobs.worker.launcher import rendezvous_store
 from trainjobs.worker.trainer.builder import build_parts
 from trainjobs.worker.trainer.checkpoints import Checkpointer, storage_at
 from trainjobs.worker.trainer.distributed import init_rank
@@ -13,8 +13,7 @@ from trainjobs.worker.trainer.trainer import Trainer
 
 
 def test_one_gradient_all_reduce_per_optimizer_step_with_accumulation(tmp_path):
-    store = rendezvous_store(1, timeout_seconds=60)
-    rank = init_rank(0, 1, store.port, "cpu", timeout_seconds=60)
+    rank = init_rank(0, 1, StoreAddress(file=str(tmp_path / "rendezvous.store")), "cpu", timeout_seconds=60)
     try:
         # 64 samples in micro-batches of 4: 16 backward passes, in groups of 3,3,3,3,3,1.
         spec = JobSpec.model_validate(mlp_spec(batch_size=4, accumulation_steps=3))

@@ -1,6 +1,7 @@
-"""Where a job's ranks meet: the launcher's TCPStore listens on loopback for a one-node job and on
-the worker's address for several, never on every interface; a joining node accepts the published
-rendezvous only at the address node 0's worker recorded. Real stores, real sockets, real Redis."""
+"""Where a job's ranks meet: a file in their folder for a one-node job (no socket at all), and for
+several nodes node 0's TCPStore, listening on the worker's address only, never on every
+interface; a joining node accepts the published rendezvous only at the address node 0's worker
+recorded. Real stores, real sockets, real Redis."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import redis
 
 from devstack import REDIS_URL, tiny_wavenet_spec
 from trainjobs.contract.redis_keys import RedisKeys
-from trainjobs.contract.run import RunRequest
+from trainjobs.contract.run import RunRequest, StoreAddress
 from trainjobs.contract.spec import JobSpec
-from trainjobs.worker.launcher import Rendezvous, RendezvousRefused
+from trainjobs.worker.rendezvous import Rendezvous, RendezvousRefused, rendezvous_store
 
 
 def request(tmp_path: Path, namespace: str, nodes: int, node_rank: int = 0, **fields) -> RunRequest:
@@ -49,18 +50,23 @@ def listening_addresses(port: int) -> set[str]:
     return found
 
 
-def test_a_one_node_job_s_store_listens_on_loopback_only(tmp_path, namespace):
+def test_a_one_node_job_s_ranks_meet_in_a_file_of_their_folder_with_no_socket(tmp_path, namespace):
     rendezvous = Rendezvous(request(tmp_path, namespace, nodes=1), client=None)
-    assert (rendezvous.host, rendezvous.port) == ("127.0.0.1", rendezvous.store.port)
-    assert listening_addresses(rendezvous.port) == {"127.0.0.1"}
+    assert rendezvous.store is None  # nothing listens
+    assert rendezvous.address == StoreAddress(file=str(tmp_path / "rendezvous.store"))
+
+
+def test_a_store_the_launcher_serves_listens_on_the_address_it_is_given_only():
+    served = rendezvous_store(2, timeout_seconds=10, host="127.0.0.1")
+    assert listening_addresses(served.port) == {"127.0.0.1"}  # torch's own store: every interface
 
 
 def test_node_0_s_store_listens_on_its_worker_s_address_only_and_publishes_it(tmp_path, namespace):
     client = redis.Redis.from_url(REDIS_URL)
     rendezvous = Rendezvous(request(tmp_path, namespace, nodes=2, address="127.0.0.1"), client)
-    assert listening_addresses(rendezvous.port) == {"127.0.0.1"}
+    assert listening_addresses(rendezvous.address.port) == {"127.0.0.1"}
     published = client.get(RedisKeys(namespace).rendezvous("jrendezvous", 1)).decode()
-    assert published == f"127.0.0.1:{rendezvous.port}"
+    assert published == f"127.0.0.1:{rendezvous.address.port}"
 
 
 def test_a_joining_node_accepts_only_the_address_node_0_s_worker_recorded(tmp_path, namespace):
@@ -71,4 +77,4 @@ def test_a_joining_node_accepts_only_the_address_node_0_s_worker_recorded(tmp_pa
     with pytest.raises(RendezvousRefused, match="10.0.0.11"):
         Rendezvous(joining, client)
     client.set(key, "10.0.0.11:29500")  # node 0's own
-    assert (Rendezvous(joining, client).host, Rendezvous(joining, client).port) == ("10.0.0.11", 29500)
+    assert Rendezvous(joining, client).address == StoreAddress(host="10.0.0.11", port=29500)

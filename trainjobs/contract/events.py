@@ -161,5 +161,25 @@ class JobEvent(BaseModel):
         )
 
 
+# What rank 0 may tell its launcher (the launcher stamps job and attempt and sends it on): never a
+# state, which the launcher decides, nor log lines, which it reads from the rank's files itself.
+RANK_REPORTS = ("metrics", "progress", "checkpoint", "checkpoint_removed")
+
+
+class RankReport(BaseModel):
+    """One line on the channel from rank 0 to its launcher: what happened, not whose job it was."""
+
+    kind: Literal["metrics", "progress", "checkpoint", "checkpoint_removed"]
+    data: dict[str, Any]
+
+    def payload(self) -> BaseModel:
+        return _PAYLOADS[self.kind].model_validate(self.data)
+
+    @classmethod
+    def of(cls, payload: BaseModel) -> RankReport:
+        kind = next(name for name, type_ in _PAYLOADS.items() if isinstance(payload, type_))
+        return cls.model_validate({"kind": kind, "data": payload.model_dump(mode="json")})
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value

@@ -14,7 +14,10 @@ class RunRequest(BaseModel):
     attempt: int
     spec: JobSpec
     devices: list[int] = []  # leased cuda device ids; empty on cpu
-    run_dir: str  # rank logs, results and errors of this attempt
+    run_dir: str  # the attempt's folder: the launcher's log, and (by default) the ranks' files
+    # Where the ranks write their logs, errors, result and checkpoint files [run_dir]; a job's
+    # launcher gives its ranks a folder in their sandbox's slot.
+    rank_dir: str | None = None
     checkpoint_dir: str  # the checkpoint store's root
     data_root: str  # datasets read files only under it
     # Where rank 0 reports: the service's Redis stream, or (both None: `trainjobs train`) the
@@ -39,10 +42,21 @@ class RunRequest(BaseModel):
     # has the host to itself): the cores over this job's ranks.
     threads_per_rank: int | None = None
     progress_interval_seconds: float = 10.0  # rank 0 reports progress inside an epoch this often
+    # A job's own code: its unpacked archive (first on the ranks' import path) and the packages its
+    # requirements.txt installed (next), as the worker's cache holds them, or as the ranks see them.
+    code_dir: str | None = None
+    packages_dir: str | None = None
+    # Rank 0 of a service job hands its reports and checkpoint files to its launcher over this
+    # Unix socket; None: `trainjobs train`, whose rank 0 writes to the console and the store.
+    channel: str | None = None
 
     @property
     def run_path(self) -> Path:
         return Path(self.run_dir)
+
+    @property
+    def rank_path(self) -> Path:
+        return Path(self.rank_dir or self.run_dir)
 
     @property
     def ranks_here(self) -> int:
@@ -53,7 +67,16 @@ class RunRequest(BaseModel):
 
     @property
     def is_local(self) -> bool:
-        return self.redis_url is None
+        return self.redis_url is None and self.channel is None
+
+
+class StoreAddress(BaseModel):
+    """Where ranks find their rendezvous store: a file in their folder (the ranks of one node, no
+    socket at all), or node 0's TCP store at an address and port (several nodes)."""
+
+    file: str | None = None
+    host: str | None = None
+    port: int | None = None
 
 
 class RankResult(BaseModel):

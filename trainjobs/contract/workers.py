@@ -22,6 +22,7 @@ class WorkerStatus(BaseModel):
     busy: int = Field(ge=0, le=4096)  # of those, leased to running jobs
     jobs: list[str] = Field(max_length=4096)
     last_seen: float  # unix time of the last heartbeat
+    sandbox: bool = False  # it can run a job's own code (its sandbox tool is there)
 
     def is_lost(self, now: float, lost_after_seconds: float) -> bool:
         return now - self.last_seen > lost_after_seconds

@@ -24,33 +24,41 @@ class QueuedJob:
     device: str  # "cuda" or "cpu"
     needed: int  # devices it leases on each node: gpus / nodes (DataParallel drives every GPU of one rank)
     nodes: int = 1  # workers it spans
+    own_code: bool = False  # it runs its own code: only a worker with a sandbox takes it
 
 
 def first_in_line(
-    job: QueuedJob, older: Iterable[QueuedJob], slots: int, workers: Sequence[WorkerStatus] = ()
+    job: QueuedJob, older: Iterable[QueuedJob], slots: int, workers: Sequence[WorkerStatus] = (), sandbox: bool = True
 ) -> QueuedJob:
     """The job a worker with `slots` devices runs for a message about `job`: the oldest of
-    `older` (queued before `job`, oldest first) that it could ever hold, else `job` itself. A
-    multi-node job counts only while enough live `workers` could hold its nodes: one that cannot
-    gather them blocks nothing."""
+    `older` (queued before `job`, oldest first) that it could ever hold, else `job` itself (a job
+    with its own code only where the worker has a `sandbox`). A multi-node job counts only while
+    enough live `workers` could hold its nodes: one that cannot gather them blocks nothing."""
 
     def could_run(candidate: QueuedJob) -> bool:
-        if candidate.needed > slots:
+        if candidate.needed > slots or (candidate.own_code and not sandbox):
             return False
         return (
-            candidate.nodes == 1 or waiting_reason(candidate.device, candidate.needed, workers, candidate.nodes) is None
+            candidate.nodes == 1
+            or waiting_reason(candidate.device, candidate.needed, workers, candidate.nodes, candidate.own_code) is None
         )
 
     return next((candidate for candidate in older if could_run(candidate)), job)
 
 
-def waiting_reason(device: str, needed: int, workers: Sequence[WorkerStatus], nodes: int = 1) -> str | None:
+def waiting_reason(
+    device: str, needed: int, workers: Sequence[WorkerStatus], nodes: int = 1, own_code: bool = False
+) -> str | None:
     """Why a job needing `needed` devices of `device` on each of `nodes` workers cannot run on
-    the live `workers`; None when enough of them own enough devices (they may be busy now: that
-    is a wait, not a reason)."""
+    the live `workers` (with `own_code`: on those that can sandbox it); None when enough of them
+    own enough devices (they may be busy now: that is a wait, not a reason)."""
     same_kind = [worker for worker in workers if worker.device == device]
     if not same_kind:
         return f"no live {device} worker"
+    if own_code:
+        same_kind = [worker for worker in same_kind if worker.sandbox]
+        if not same_kind:
+            return f"no live {device} worker can run a job's own code (its sandbox tool, bubblewrap, is missing there)"
     largest = max(worker.slots for worker in same_kind)
     if largest < needed:
         return f"needs {needed} {device} devices; the largest live {device} worker has {largest}"

@@ -62,7 +62,8 @@ class LeaseCheck:
 
 def _queued(job: JobRow) -> QueuedJob:
     nodes = job.spec.get("nodes", 1)
-    return QueuedJob(id=job.id, device=job.device, needed=devices_per_node(job.spec["gpus"], nodes), nodes=nodes)
+    needed = devices_per_node(job.spec["gpus"], nodes)
+    return QueuedJob(id=job.id, device=job.device, needed=needed, nodes=nodes, own_code=bool(job.spec.get("code")))
 
 
 def view_message(session: Session, job_id: str) -> MessageView:

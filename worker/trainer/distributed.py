@@ -9,6 +9,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from trainjobs.contract.run import StoreAddress
 from trainjobs.worker.devices import core_share
 
 
@@ -26,15 +27,14 @@ class RankContext:
 def init_rank(
     rank: int,
     world_size: int,
-    store_port: int,
+    store: StoreAddress,
     device_kind: str,
     timeout_seconds: float,
     leased_gpus: list[int] | None = None,
     threads: int | None = None,
-    store_host: str = "127.0.0.1",
     local_rank: int | None = None,
 ) -> RankContext:
-    """`store_host`, `store_port`: the rendezvous store (this host's launcher, or node 0's).
+    """`store`: the rendezvous (a file in the ranks' folder, or node 0's TCP store).
     `local_rank`: this rank's place on its host [rank], which picks its GPU.
     `leased_gpus`: the GPUs a worker leased to the job (physical ids). With DDP each rank then
     sees only its own, set before CUDA initialises; DataParallel (one rank) sees them all.
@@ -42,7 +42,11 @@ def init_rank(
     `threads`: CPU threads for this rank [the host's cores over the world size]."""
     timeout = timedelta(seconds=timeout_seconds)
     torch.set_num_threads(threads or core_share(world_size))
-    store = dist.TCPStore(store_host, store_port, world_size, is_master=False, timeout=timeout)
+    if store.file is not None:
+        rendezvous: dist.Store = dist.FileStore(store.file, world_size)
+    else:
+        assert store.host is not None and store.port is not None
+        rendezvous = dist.TCPStore(store.host, store.port, world_size, is_master=False, timeout=timeout)
     if device_kind == "cuda":
         visible, index = gpu_visibility(rank if local_rank is None else local_rank, world_size, leased_gpus)
         if visible is not None:
@@ -53,7 +57,7 @@ def init_rank(
         device, backend = torch.device("cpu"), "gloo"
     dist.init_process_group(
         backend,
-        store=store,
+        store=rendezvous,
         rank=rank,
         world_size=world_size,
         timeout=timeout,

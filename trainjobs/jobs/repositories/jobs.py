@@ -203,30 +203,41 @@ def _nodes():
     return func.coalesce(JobRow.spec["nodes"].as_integer(), 1)
 
 
-def queued_demand(session: Session) -> list[tuple[str, int, int]]:
-    """The distinct (device type, devices needed, nodes) among queued jobs: a handful, however
-    long the queue."""
+def _own_code():
+    return JobRow.spec["code"].as_string().is_not(None)
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What a group of queued jobs asks of the fleet."""
+
+    device: str
+    gpus: int
+    nodes: int
+    own_code: bool
+
+
+def queued_demand(session: Session) -> list[Demand]:
+    """The distinct (device type, devices needed, nodes, own code) among queued jobs: a handful,
+    however long the queue."""
+    query = select(JobRow.device, _devices_needed(), _nodes(), _own_code()).where(JobRow.state == "queued")
     return [
-        (device, needed, nodes)
-        for device, needed, nodes in session.execute(
-            select(JobRow.device, _devices_needed(), _nodes()).where(JobRow.state == "queued").distinct()
-        )
+        Demand(device, needed, nodes, bool(code)) for device, needed, nodes, code in session.execute(query.distinct())
     ]
 
 
-def queued_with_other_reason(
-    session: Session, device: str, needed: int, nodes: int, reason: str | None, limit: int
-) -> list[JobRow]:
-    """Queued jobs of one (device, needed) pair whose waiting reason is not `reason`, oldest
-    first, locked (rows another transaction holds are left for the next pass)."""
+def queued_with_other_reason(session: Session, demand: Demand, reason: str | None, limit: int) -> list[JobRow]:
+    """Queued jobs of one demand whose waiting reason is not `reason`, oldest first, locked (rows
+    another transaction holds are left for the next pass)."""
     return list(
         session.scalars(
             select(JobRow)
             .where(
                 JobRow.state == "queued",
-                JobRow.device == device,
-                _devices_needed() == needed,
-                _nodes() == nodes,
+                JobRow.device == demand.device,
+                _devices_needed() == demand.gpus,
+                _nodes() == demand.nodes,
+                _own_code() == demand.own_code,
                 JobRow.waiting_reason.is_distinct_from(reason),
             )
             .order_by(JobRow.created_at)
@@ -266,3 +277,18 @@ def running_figures(
         select(JobRow.id, JobRow.metrics, JobRow.progress).where(JobRow.state.in_(ACTIVE_STATES)).limit(limit)
     )
     return [(job_id, metrics, progress) for job_id, metrics, progress in rows]
+
+
+def unfinished_using_code(session: Session, owner: str, code: str, limit: int = 10) -> list[JobRow]:
+    """The owner's jobs that name `code` and have not ended (they will read the archive)."""
+    return list(
+        session.scalars(
+            select(JobRow)
+            .where(
+                JobRow.owner == owner,
+                JobRow.state.not_in(TERMINAL_STATES),
+                JobRow.spec["code"].as_string() == code,
+            )
+            .limit(limit)
+        )
+    )
