@@ -15,6 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet "$(TORCH_SPEC)"
 	$(VENV)/bin/pip install --quiet -e ".[server,worker,s3,test]"
+	bash scripts/ensure-services sandbox  # bubblewrap, where apt-get can install it
 	touch $@
 
 install-vision: $(VENV)/.vision-installed

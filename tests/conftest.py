@@ -122,3 +122,20 @@ def plugin_installed():
 
     catalog.models.cache_clear()
     catalog.datasets.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def example_installed():
+    """examples/own-model installed into this environment as a plugin (its entry points): the
+    same model and dataset a code archive of that folder holds."""
+    import subprocess
+    import sys
+
+    from devstack import EXAMPLE_PROJECT
+
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index"]
+    subprocess.run([*command, str(EXAMPLE_PROJECT)], check=True)
+    from trainjobs.contract import catalog
+
+    catalog.models.cache_clear()
+    catalog.datasets.cache_clear()
