@@ -35,7 +35,7 @@ def first_step_mark(path: Path) -> float | None:
     return None
 
 
-def through_service(stack: Stack, token: str) -> tuple[float, float]:
+def through_service(stack: Stack, token: str, spec: dict = SPEC) -> tuple[float, float]:
     """Seconds from POST to the `running` state and to the end of the first optimizer step, with
     the worker idle when the POST goes out (the previous job ended, its next launcher warmed)."""
     client = stack.client(token)
@@ -47,7 +47,7 @@ def through_service(stack: Stack, token: str) -> tuple[float, float]:
     )
     time.sleep(4)  # the launcher started for the next job has loaded torch and the trainer
     posted = time.time()
-    job_id = client.post("/v1/jobs", json=SPEC).json()["id"]
+    job_id = client.post("/v1/jobs", json=spec).json()["id"]
     running = None
     while running is None:
         job = client.get(f"/v1/jobs/{job_id}").json()
@@ -62,7 +62,7 @@ def through_service(stack: Stack, token: str) -> tuple[float, float]:
         what="the job to end",
     )
     assert job["state"] == "succeeded", job
-    rank_log = next(stack.home.rglob(f"{job_id}/attempt1/rank0.log"))
+    rank_log = next((stack.home / "runs" / job_id / "attempt1").rglob("rank0.log"))  # in ranks/ when sandboxed
     return running, first_step_mark(rank_log) - posted
 
 

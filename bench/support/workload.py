@@ -86,19 +86,20 @@ def steady(rates: list[float]) -> float:
 CONFIGURATIONS = list(product((1, 2), ("fp32", "bf16"), (1, 4)))
 
 
-def default_stack(scratch: str, database_url: str) -> tuple[Stack, int]:
+def default_stack(scratch: str, database_url: str, name: str = "stack", **env: str) -> tuple[Stack, int]:
     """The API and a worker with a cpu slot per core, on the settings' defaults (the tests' stack
-    sweeps ten times as often and runs one API process), started; and the threads the worker
-    gives each rank of a job."""
+    sweeps ten times as often and runs one API process) and `env`, started; and the threads the
+    worker gives each rank of a job."""
     slots = max(2, os.cpu_count() or 1)
     defaults = Settings.model_fields
     stack = Stack(
-        Path(scratch) / "stack",
+        Path(scratch) / name,
         database_url,
         REDIS_URL,
         cpu_slots=slots,
         TRAINJOBS_SWEEP_INTERVAL_SECONDS=str(defaults["sweep_interval_seconds"].default),
         TRAINJOBS_OUTBOX_GRACE_SECONDS=str(defaults["outbox_grace_seconds"].default),
         TRAINJOBS_API_WORKERS=str(defaults["api_workers"].get_default(call_default_factory=True)),
+        **env,
     ).start()
     return stack, core_share(slots)
