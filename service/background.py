@@ -1,9 +1,9 @@
 """The API's background work, on one thread of one API process at a time (the leader, see
 service.leadership): the collector, and every few seconds the reaper (lost workers' jobs), the
-waiting-reason check, the outbox sweeper and (each minute, when `TRAINJOBS_RETENTION_DAYS` is set)
-the retention sweep. Each step is guarded on its own, so one that fails never stops the others;
-the collector backs off (capped) while SQL or Redis is away. The other API processes' loops wait,
-trying for the lead each second."""
+sharing of the fleet (preemptions and waiting reasons: service.sharing), the outbox sweeper and
+(each minute, when `TRAINJOBS_RETENTION_DAYS` is set) the retention sweep. Each step is guarded
+on its own, so one that fails never stops the others; the collector backs off (capped) while SQL
+or Redis is away. The other API processes' loops wait, trying for the lead each second."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import redis
 from sqlalchemy.orm import Session, sessionmaker
 
 from trainjobs.contract.workers import live_workers
-from trainjobs.service import dispatch, reaper, retention
+from trainjobs.service import dispatch, reaper, retention, sharing
 from trainjobs.service.collector import EventCollector
 from trainjobs.service.leadership import Leadership
 from trainjobs.settings import Settings
@@ -25,7 +25,6 @@ from trainjobs.store import CheckpointStore
 
 log = logging.getLogger(__name__)
 
-EXPLAIN_EVERY_SECONDS = 5.0
 RETENTION_EVERY_SECONDS = 60.0
 FOLLOWER_WAIT_SECONDS = 1.0
 # The collector waits on the stream at most this long per turn, and never past the next sweep: an
@@ -59,8 +58,6 @@ class BackgroundLoop:
             max_attempts=settings.max_attempts,
         )
         self.leadership = Leadership(self.redis, settings.keys.background_leader)
-        self._last_fleet: list[tuple[str, int]] | None = None
-        self._next_explain = 0.0
         self._next_retention = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="trainjobs-background", daemon=True)
@@ -78,7 +75,7 @@ class BackgroundLoop:
         leaves the others to run."""
         settings = self.settings
         self._guarded("reap", lambda: reaper.requeue_lost_jobs(self.sessions, settings.max_attempts))
-        self._guarded("explain", self._explain_waiting)
+        self._guarded("share", self._share_fleet)
         self._guarded("dispatch", lambda: dispatch.sweep(self.dispatcher, settings.outbox_grace_seconds))
         self._guarded("retention", self._apply_retention)
 
@@ -90,16 +87,10 @@ class BackgroundLoop:
         # A full batch means more are due: go on at the next sweep.
         self._next_retention = time.monotonic() + (0.0 if deleted >= retention.BATCH else RETENTION_EVERY_SECONDS)
 
-    def _explain_waiting(self) -> None:
+    def _share_fleet(self) -> None:
         settings = self.settings
         workers = live_workers(self.redis, settings.keys.workers, settings.worker_lost_seconds)
-        # Waiting reasons depend on the fleet: re-read the queue when it changed, else now and then.
-        fleet: list[tuple[str, int]] = sorted((worker.device, worker.slots) for worker in workers)
-        if fleet != self._last_fleet or time.monotonic() >= self._next_explain:
-            changed = reaper.explain_waiting_jobs(self.sessions, workers)
-            # A full batch means more reasons are due: the next sweep goes on with them.
-            wait = 0.0 if changed >= reaper.EXPLAIN_BATCH else EXPLAIN_EVERY_SECONDS
-            self._last_fleet, self._next_explain = fleet, time.monotonic() + wait
+        sharing.share_fleet(self.sessions, workers, settings)
 
     @staticmethod
     def _guarded(step: str, run: Callable[[], object]) -> None:

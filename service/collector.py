@@ -204,9 +204,12 @@ def apply_event(
         case LogLines():
             job_logs.append(session, job.id, event.attempt, payload, log_lines_cap)
         case StateChange(state="queued"):
-            # A node of a multi-node job lost its peers (a host went away): the whole job goes
-            # back to the queue, as when a worker's lease runs out.
-            if event.attempt == job.attempt and job.state == "running":
+            # A preempted job's ranks stopped after its checkpoint (recorded before this, in
+            # stream order): it goes back to the queue. Or a node of a multi-node job lost its
+            # peers (a host went away): the whole job goes back, as when a worker's lease runs out.
+            if event.attempt == job.attempt and job.state == "preempting":
+                lifecycle.preempted(session, job, "it stopped after its checkpoint at the step it was in")
+            elif event.attempt == job.attempt and job.state == "running":
                 lifecycle.requeue_or_give_up(session, job, payload.error or "a node was lost", max_attempts)
         case StateChange():
             try:

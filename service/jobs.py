@@ -20,7 +20,7 @@ from trainjobs.jobs.repositories import checkpoints, jobs
 from trainjobs.jobs.repositories.jobs import JobFilter
 from trainjobs.jobs.tables import JobRow
 from trainjobs.jobs.timeline import document
-from trainjobs.service import code_uploads
+from trainjobs.service import code_uploads, owners
 from trainjobs.service.auth import Principal
 from trainjobs.service.dispatch import Dispatcher
 from trainjobs.store import CheckpointStore
@@ -44,6 +44,7 @@ def submit(
     for field in ("resume_from", "init_from"):
         _check_checkpoint_visible(session, principal, field, getattr(spec, field))
     code_uploads.check_usable(session, principal.owner, spec.code)
+    owners.check_allowed(session, principal, spec)
     try:
         with session.begin_nested():
             job = lifecycle.submit(session, principal.owner, spec, idempotency_key)

@@ -58,6 +58,14 @@ class Settings(BaseSettings):
         120.0, gt=0.0, description="a stalled collective fails the job after this"
     )
     max_attempts: int = Field(3, ge=1, description="attempts of a job whose worker is lost, before it fails")
+    # Sharing the fleet (the contract's "Sharing the fleet").
+    preemption: bool = Field(True, description="false: nothing is ever preempted (the order and the caps still hold)")
+    preempt_min_runtime_seconds: float = Field(
+        600.0, ge=0.0, description="a running job is preempted only after running this long"
+    )
+    preempt_grace_seconds: float = Field(
+        120.0, gt=0.0, description="a preempted job's checkpoint is awaited this long, then its processes are ended"
+    )
     collector_max_failures: int = Field(
         3, ge=1, le=100, description="tries of a stream entry whose transaction fails, before it is dead-lettered"
     )

@@ -26,7 +26,8 @@ from trainjobs.contract.spec import JobSpec
 from trainjobs.contract.workers import WorkerStatus
 from trainjobs.jobs import worker_gateway
 from trainjobs.jobs.db import transaction
-from trainjobs.jobs.scheduling import QueuedJob, first_in_line, waiting_reason
+from trainjobs.jobs.scheduling import QueuedJob, waiting_reason
+from trainjobs.jobs.sharing import Rules
 from trainjobs.settings import Settings
 from trainjobs.store import CheckpointStore
 from trainjobs.worker import supervision
@@ -83,28 +84,51 @@ class JobRunner:
     def run(self, job_id: str) -> str:
         """What happened: "ran", "dropped", or "busy" / "elsewhere" (hand the message back).
 
-        A message is a wake-up more than an order: the job run is the one first in line
-        (trainjobs.jobs.scheduling), which is the message's own job unless an older one waits.
+        A message is a wake-up more than an order: the job run is the one the sharing rule
+        (trainjobs.jobs.sharing) places on this worker now, which may be another than the
+        message's own; the message's job then gets a new message.
         """
         with transaction(self.sessions) as session:
             view = worker_gateway.view_message(session, job_id)
         if view.job is None:
             return _dropped(job_id, view.state)
-        fleet = self.live_workers()
+        fleet = self._fleet()
         if not self._could_ever_run(view.job, fleet):
             return self._cannot_run_here(view.job, fleet)
-        first = first_in_line(view.job, view.older, self.pool.size, fleet, sandbox=self.sandbox is not None)
+        with transaction(self.sessions) as session:
+            free = self.pool.size - self.pool.busy
+            first = worker_gateway.next_start(session, self.hostname, self.pool.kind, fleet, self.rules(), free)
+        if first is None:
+            return "busy"
         lease = self.pool.lease_devices(first.needed, first.id)
         if lease is None:
             return "busy"
         try:
             if first.id != job_id:
-                log.info("job %s goes before job %s (older); job %s gets a new message", first.id, job_id, job_id)
+                log.info("job %s starts here before job %s; job %s gets a new message", first.id, job_id, job_id)
                 self.send_again(job_id)
             return self._claim_and_run(first, list(lease.ids))
         finally:
             # The watch has ended the launcher's process group by now, whatever happened to it.
             self.pool.release(lease)
+
+    def rules(self) -> Rules:
+        settings = self.settings
+        return Rules(time.time(), settings.preempt_min_runtime_seconds, settings.preemption)
+
+    def _fleet(self) -> list[WorkerStatus]:
+        """The live workers, this one among them as it is now (before its first heartbeat too)."""
+        others = [worker for worker in self.live_workers() if worker.hostname != self.hostname]
+        here = WorkerStatus(
+            hostname=self.hostname,
+            device=self.pool.kind,
+            slots=self.pool.size,
+            busy=self.pool.busy,
+            jobs=self.pool.jobs(),
+            last_seen=time.time(),
+            sandbox=self.sandbox is not None,
+        )
+        return [*others, here]
 
     def _could_ever_run(self, job: QueuedJob, fleet: list[WorkerStatus]) -> bool:
         if job.needed > self.pool.size or (job.own_code and self.sandbox is None):

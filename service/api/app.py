@@ -28,7 +28,7 @@ from trainjobs.service.api.body_guard import BodyGuardMiddleware
 from trainjobs.service.api.dashboard_files import install_dashboard
 from trainjobs.service.api.deps import AppState
 from trainjobs.service.api.prometheus import ApiMetrics, LatencyMiddleware
-from trainjobs.service.api.routers import catalog, checkpoints, code, health, jobs, metrics, workers
+from trainjobs.service.api.routers import catalog, checkpoints, code, health, jobs, metrics, sharing, workers
 from trainjobs.service.api.security_headers import SecurityHeadersMiddleware
 from trainjobs.service.background import BackgroundLoop
 from trainjobs.service.dispatch import Dispatcher
@@ -73,6 +73,7 @@ ROUTERS = (
     code.router,
     catalog.router,
     workers.router,
+    sharing.router,
 )
 
 

@@ -36,7 +36,7 @@ REFUSED_SCHEMA = {
 def errors(*codes: int) -> dict[int | str, dict[str, Any]]:
     descriptions = {
         401: "missing, invalid or revoked bearer token",
-        403: "only an admin may do this (list another owner's jobs)",
+        403: "only an admin may do this (list another owner's jobs, change an owner's sharing settings)",
         404: "no such job (or checkpoint) that this token may see",
         409: "the job is not in a state that allows this (already ended; or, to delete, not yet ended)",
         413: "request body over the limit (1 MiB; a code archive: TRAINJOBS_CODE_MAX_BYTES)",

@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, His
 from sqlalchemy import func, select
 from starlette.concurrency import run_in_threadpool
 
+from trainjobs.contract.clock import utcnow
 from trainjobs.contract.states import JOB_STATES
 from trainjobs.jobs.repositories import jobs
 from trainjobs.jobs.tables import EpochMetricsRow
@@ -43,6 +44,7 @@ class ApiMetrics:
                 ("gpu_utilization", "a running job's mean GPU utilisation, last epoch (absent on cpu)"),
             )
         }
+        self._sharing_gauges()
         self.latency = Histogram(
             "trainjobs_api_request_seconds",
             "API request latency",
@@ -50,6 +52,20 @@ class ApiMetrics:
             registry=self.registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
+
+    def _sharing_gauges(self) -> None:
+        self.devices_in_use = Gauge(
+            "trainjobs_devices_in_use", "devices held by jobs, per owner and device type", ["owner", "device"],
+            registry=self.registry,
+        )  # fmt: skip
+        self.preemptions = Gauge(
+            "trainjobs_preemptions", "preemptions of the jobs SQL holds (they only rise while jobs are kept)",
+            registry=self.registry,
+        )  # fmt: skip
+        self.queue_wait = Gauge(
+            "trainjobs_queue_wait_seconds", "how long queued jobs have waited since they entered the queue",
+            ["device", "statistic"], registry=self.registry,
+        )  # fmt: skip
 
     def refresh(self, state: AppState) -> None:
         with state.read_sessions() as session:
@@ -65,6 +81,7 @@ class ApiMetrics:
             for name, gauge in self.per_job.items():
                 if isinstance(figures.get(name), int | float):
                     gauge.labels(job_id).set(figures[name])
+        self._sharing(state)
         for job_state in JOB_STATES:
             self.jobs.labels(job_state).set(counts.get(job_state, 0))
         self.epochs.set(epochs or 0)
@@ -74,6 +91,22 @@ class ApiMetrics:
             self.dead_letters.set(state.redis.xlen(state.settings.keys.dead_letters))
         except redis.RedisError:
             pass
+
+    def _sharing(self, state: AppState) -> None:
+        """Devices in use per owner, preemptions, and the queue's waits (oldest, mean)."""
+        with state.read_sessions() as session:
+            held = jobs.devices_in_use(session)
+            preemptions = jobs.preemptions_so_far(session)
+            entered = jobs.queue_entry_times(session)
+        self.devices_in_use.clear()
+        for owner, device, count in held:
+            self.devices_in_use.labels(owner, device).set(count)
+        self.preemptions.set(preemptions)
+        now = utcnow()
+        for device in ("cpu", "cuda"):
+            waits = [(now - at).total_seconds() for kind, at in entered if kind == device]
+            self.queue_wait.labels(device, "oldest").set(max(waits, default=0.0))
+            self.queue_wait.labels(device, "mean").set(sum(waits) / len(waits) if waits else 0.0)
 
 
 class LatencyMiddleware:

@@ -1,6 +1,7 @@
 """The rule that shares the fleet, as pure functions: properties over random fleets, owners,
 settings and queues (hypothesis), and the scenarios the contract names, played step by step."""
 
+import math
 import random
 
 from hypothesis import given, settings
@@ -22,9 +23,8 @@ NOW = 1000.0
 
 
 @st.composite
-def situations(draw):
-    """A fleet with running jobs placed on it, owners with settings, and a queue."""
-    hosts = {f"w{index}": draw(st.integers(1, 8)) for index in range(draw(st.integers(1, 4)))}
+def running_jobs(draw, hosts: dict[str, int]) -> tuple[list[RunningJob], dict[str, int]]:
+    """Running jobs placed on `hosts` (name: slots), and the free devices left on each."""
     free = dict(hosts)
     running = []
     for index in range(draw(st.integers(0, 10))):
@@ -46,6 +46,14 @@ def situations(draw):
                 started_at=draw(st.sampled_from([0.0, NOW - MIN_RUNTIME / 2, NOW - MIN_RUNTIME])),
             )
         )
+    return running, free
+
+
+@st.composite
+def situations(draw):
+    """A fleet with running jobs placed on it, owners with settings, and a queue."""
+    hosts = {f"w{index}": draw(st.integers(1, 8)) for index in range(draw(st.integers(1, 4)))}
+    running, free = draw(running_jobs(hosts))
     owners = {
         owner: OwnerSettings(
             owner,
@@ -260,3 +268,65 @@ def test_a_decision_that_stops_early_starts_and_preempts_the_same(situation):
     quick = decide("cpu", hosts, running, queued, owners, Rules(NOW, MIN_RUNTIME), explain=False)
     assert (quick.starts, quick.preemptions) == (whole.starts, whole.preemptions)
     assert whole.order[: len(quick.order)] == quick.order
+
+
+# ---- no thrashing ------------------------------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10_000), st.sampled_from([(1.0, 1.0), (3.0, 1.0), (2.0, 1.0)]))
+def test_two_owners_submitting_alternately_never_thrash(seed, weights):
+    """Two owners submit 1- and 2-device jobs alternately on 6 slots; each tick the rule decides,
+    victims stop at once and queue again, jobs end after random durations. No job is preempted
+    twice within the minimum runtime, and the preemptions stay within the bound of
+    docs/design.md: each preemption lowers the excess (each owner's devices in use above its
+    share, rounded up, summed) by at least one, which only starts and owners becoming active raise."""
+    simulation = Simulation(random.Random(seed), weights)
+    for tick in range(400):
+        simulation.tick(float(tick))
+    assert simulation.preemptions <= simulation.excess_raised
+
+
+class Simulation:
+    MIN_RUNTIME = 10.0
+
+    def __init__(self, rng: random.Random, weights: tuple[float, float]):
+        self.rng = rng
+        names = ("alice", "bob")
+        self.owners = {name: OwnerSettings(name, weight=weight) for name, weight in zip(names, weights, strict=True)}
+        self.running: dict[str, tuple[RunningJob, float]] = {}  # id: (job, ends at)
+        self.queued: list[QueuedJob] = []
+        self.last_preempted: dict[str, float] = {}
+        self.preemptions = self.excess_raised = 0
+
+    def excess(self) -> int:
+        jobs = [job for job, _ in self.running.values()]
+        active = {job.owner for job in jobs} | {job.owner for job in self.queued}
+        total = sum(self.owners[owner].weight for owner in active)
+        held = in_use(jobs)
+        return sum(max(0, math.ceil(held.get(o, 0) - 6 * self.owners[o].weight / total - 1e-9)) for o in active)
+
+    def tick(self, now: float) -> None:
+        before = self.excess()
+        if int(now) % 3 == 0:
+            owner = "alice" if (int(now) // 3) % 2 == 0 else "bob"
+            self.queued.append(QueuedJob(f"{owner}-{now:.0f}", owner, self.rng.choice([1, 1, 2]), now))
+        self.running = {key: (job, ends) for key, (job, ends) in self.running.items() if ends > now}
+        jobs = [job for job, _ in self.running.values()]
+        free = 6 - sum(job.devices for job in jobs)
+        decision = decide("cpu", [Host("w", 6, free)], jobs, self.queued, self.owners, Rules(now, self.MIN_RUNTIME))
+        self.excess_raised += max(0, self.excess() - before)  # ends and new owners, before the rule acts
+        for preemption in decision.preemptions:
+            victim, _ends = self.running.pop(preemption.victim)
+            assert now - self.last_preempted.get(victim.id, -1e9) >= self.MIN_RUNTIME, f"{victim.id} twice"
+            self.last_preempted[victim.id] = now
+            self.queued.append(QueuedJob(victim.id, victim.owner, victim.needed, now, preempted_by=preemption.for_job))
+            self.preemptions += 1
+        waiting = {job.id: job for job in self.queued}
+        for start in decision.starts:
+            job = waiting.pop(start.job)
+            before_start = self.excess()
+            ends = now + self.rng.uniform(5, 40)
+            self.running[job.id] = (RunningJob(job.id, job.owner, job.needed, ("w",), 50, True, now), ends)
+            self.excess_raised += max(0, self.excess() - before_start)
+        self.queued = list(waiting.values())

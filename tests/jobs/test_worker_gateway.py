@@ -13,9 +13,11 @@ from trainjobs.contract.checkpoints import checkpoint_id, checkpoint_path
 from trainjobs.contract.clock import utcnow
 from trainjobs.contract.events import CheckpointRecord
 from trainjobs.contract.spec import JobSpec
+from trainjobs.contract.workers import WorkerStatus
 from trainjobs.jobs import lifecycle, worker_gateway
 from trainjobs.jobs.db import transaction
 from trainjobs.jobs.repositories import jobs
+from trainjobs.jobs.sharing import Rules
 
 
 @pytest.fixture
@@ -39,16 +41,36 @@ def checkpointed(sessions, job_id: str, epoch: int, attempt: int = 1) -> str:
     return record.path
 
 
-def test_a_message_view_names_the_job_and_the_older_ones_of_its_device_type(sessions):
-    older = submitted(sessions, gpus=2)
-    time.sleep(0.01)
-    newer = submitted(sessions, gpus=4, nodes=2)
+def test_a_message_view_names_its_job(sessions):
+    job_id = submitted(sessions, gpus=4, nodes=2)
     with transaction(sessions) as session:
-        view = worker_gateway.view_message(session, newer)
+        view = worker_gateway.view_message(session, job_id)
         unknown = worker_gateway.view_message(session, "jnosuchjob")
-    assert (view.state, view.job.id, view.job.needed, view.job.nodes) == ("queued", newer, 2, 2)
-    assert [job.id for job in view.older] == [older]
+    assert (view.state, view.job.id, view.job.needed, view.job.nodes) == ("queued", job_id, 2, 2)
     assert (unknown.state, unknown.job) == (None, None)
+
+
+def fleet(*workers: tuple[str, int, int]) -> list[WorkerStatus]:
+    return [
+        WorkerStatus(hostname=name, device="cpu", slots=slots, busy=busy, jobs=[], last_seen=time.time())
+        for name, slots, busy in workers
+    ]
+
+
+def test_a_worker_starts_only_what_the_rule_places_on_it(sessions):
+    """The oldest job first; a worker that the rule gives nothing starts nothing, even with free
+    slots: a 2-device job goes to the worker with exactly 2 free (best fit), not to the one with 4."""
+    first = submitted(sessions, gpus=2)
+    time.sleep(0.01)
+    submitted(sessions, gpus=2)
+    workers = fleet(("w-two", 2, 0), ("w-four", 4, 0))
+    with transaction(sessions) as session:
+        on_two = worker_gateway.next_start(session, "w-two", "cpu", workers, Rules(time.time()), free=2)
+        on_four = worker_gateway.next_start(session, "w-four", "cpu", workers, Rules(time.time()), free=4)
+        two_busy = worker_gateway.next_start(session, "w-two", "cpu", workers, Rules(time.time()), free=0)
+    assert on_two is not None and on_two.id == first  # best fit: the worker with exactly 2 free
+    assert on_four is not None and on_four.id != first  # the second job
+    assert two_busy is None  # with w-two full, both go to w-four: w-two starts nothing
 
 
 def test_a_claim_is_won_once_and_a_later_attempt_resumes_from_the_latest_checkpoint(sessions):

@@ -17,6 +17,7 @@ from trainjobs.client.sync_client import GZIP, WAIT_POLL_SECONDS
 from trainjobs.contract.code import CodeArchive
 from trainjobs.contract.events import EpochMetrics
 from trainjobs.contract.job import CheckpointInfo, JobDocument, JobPage, WorkerInfo
+from trainjobs.contract.sharing import OwnerSettingsDocument, OwnerSettingsUpdate, QueueView
 from trainjobs.contract.states import TERMINAL_STATES
 
 
@@ -87,6 +88,17 @@ class AsyncTrainJobsClient:
 
     async def metrics(self, job_id: str) -> list[EpochMetrics]:
         return (await self._send(Calls.metrics(job_id))).items
+
+    async def queue(self, device: str = "cuda") -> QueueView:
+        """The queued jobs of `device` in start order, with reasons, and each owner's share."""
+        return await self._send(Calls.queue(device))
+
+    async def owners(self) -> list[OwnerSettingsDocument]:
+        return (await self._send(Calls.owners())).items
+
+    async def put_owner(self, owner: str, settings: OwnerSettingsUpdate) -> OwnerSettingsDocument:
+        """An owner's whole sharing settings (admins only)."""
+        return await self._send(Calls.put_owner(owner, settings))
 
     async def code(self, code: str) -> CodeArchive:
         return await self._send(Calls.code(code))

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from trainjobs.client.errors import raise_for
 from trainjobs.contract.code import CodeArchive
 from trainjobs.contract.job import CheckpointList, JobDocument, JobPage, MetricsList, WorkerList
+from trainjobs.contract.sharing import OwnerList, OwnerSettingsDocument, OwnerSettingsUpdate, QueueView
 
 AnswerT = TypeVar("AnswerT")
 ModelT = TypeVar("ModelT", bound=BaseModel)
@@ -115,6 +116,19 @@ class Calls:
     @staticmethod
     def delete_code(code: str) -> Call[None]:
         return Call("DELETE", f"/v1/code/{code}", _nothing)
+
+    @staticmethod
+    def queue(device: str) -> Call[QueueView]:
+        return Call("GET", "/v1/queue", _model(QueueView), params={"device": device})
+
+    @staticmethod
+    def owners() -> Call[OwnerList]:
+        return Call("GET", "/v1/owners", _model(OwnerList))
+
+    @staticmethod
+    def put_owner(owner: str, settings: OwnerSettingsUpdate) -> Call[OwnerSettingsDocument]:
+        body = settings.model_dump(mode="json")
+        return Call("PUT", f"/v1/owners/{owner}", _model(OwnerSettingsDocument), body=body)
 
     @staticmethod
     def logs(job_id: str, tail: int | None) -> Call[str]:

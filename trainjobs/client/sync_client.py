@@ -19,6 +19,7 @@ from trainjobs.client.reconnect import reconnect_delay
 from trainjobs.contract.code import CodeArchive
 from trainjobs.contract.events import EpochMetrics
 from trainjobs.contract.job import CheckpointInfo, JobDocument, JobPage, WorkerInfo
+from trainjobs.contract.sharing import OwnerSettingsDocument, OwnerSettingsUpdate, QueueView
 from trainjobs.contract.states import TERMINAL_STATES
 
 WAIT_POLL_SECONDS = 1.0
@@ -167,6 +168,17 @@ class TrainJobsClient:
                         yield Event(int(sse.id), sse.event, json.loads(sse.data))
         except (httpx.TransportError, httpx.RemoteProtocolError, SSEError) as error:
             raise _Away(str(error) or type(error).__name__) from error
+
+    def queue(self, device: str = "cuda") -> QueueView:
+        """The queued jobs of `device` in start order, with reasons, and each owner's share."""
+        return self._send(Calls.queue(device))
+
+    def owners(self) -> list[OwnerSettingsDocument]:
+        return (self._send(Calls.owners())).items
+
+    def put_owner(self, owner: str, settings: OwnerSettingsUpdate) -> OwnerSettingsDocument:
+        """An owner's whole sharing settings (admins only)."""
+        return self._send(Calls.put_owner(owner, settings))
 
     def code(self, code: str) -> CodeArchive:
         return self._send(Calls.code(code))

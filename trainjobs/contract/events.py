@@ -86,7 +86,8 @@ class Progress(BaseModel):
 
 class CheckpointRecord(BaseModel):
     id: str = Field(min_length=1, max_length=64)
-    epoch: int = Field(ge=1, le=MAX_EPOCH)
+    epoch: int = Field(ge=0, le=MAX_EPOCH, description="epochs finished")
+    step: int = Field(0, ge=0, le=2**31, description="optimizer steps done in the next epoch (a preemption's)")
     size_bytes: int = Field(ge=0, le=2**62)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     is_best: bool

@@ -36,6 +36,7 @@ class JobDocument(BaseModel):
         default_factory=list, description="the worker of each node, node 0 first ([] before it starts)"
     )
     attempt: int
+    preemptions: int = Field(0, description="times this job was preempted (they never count towards giving up)")
     progress: dict[str, Any] | None = Field(
         None, description="inside the running epoch: steps done and per epoch, samples/s, ETA; null when not running"
     )
@@ -56,6 +57,7 @@ class MetricsList(BaseModel):
 class CheckpointInfo(BaseModel):
     id: str
     epoch: int
+    step: int = Field(0, description="optimizer steps already done in the next epoch (0 at an epoch's end)")
     size_bytes: int
     sha256: str
     is_best: bool

@@ -162,6 +162,12 @@ class JobSpec(StrictModel):
     seed: int = Field(0, ge=0, le=2**32 - 1)
     grad_clip_norm: float | None = Field(None, gt=0.0)
     max_runtime_seconds: int | None = Field(None, ge=1)
+    priority: int = Field(
+        50, ge=0, le=100, description="higher starts first and may preempt lower; at most the owner's max_priority"
+    )
+    preemptible: bool = Field(
+        True, description="false: never preempted; only owners allowed to (allow_non_preemptible) may submit it"
+    )
     code: str | None = Field(
         None,
         pattern=CODE_ID.pattern,

@@ -12,10 +12,11 @@ The table in docs/design.md ("A job's life") lists the transitions; a test check
 `TRANSITIONS`.
 
     submit ─> queued ─claim─> running ─finish─> succeeded | failed | cancelled
-                │  ^            │   │
-          cancel│  └─requeue────┘   └─cancel─> cancelling ─finish─> cancelled
-                v
-            cancelled
+                │  ^ ^          │ │ │
+          cancel│  │ └─requeue──┘ │ └─cancel─> cancelling ─finish─> cancelled
+                v  │              preempt
+            cancelled              v
+                   └──preempted── preempting (rank 0 checkpoints at its next step)
 """
 
 from __future__ import annotations
@@ -69,6 +70,13 @@ TRANSITIONS = {
             "reaper (a lease ran out); collector (a node lost)",
         ),
         Transition("explain_waiting", frozenset({"queued"}), frozenset({"queued"}), "reaper's sweep; worker"),
+        Transition("preempt", frozenset({"running"}), frozenset({"preempting"}), "API leader (the sharing rule)"),
+        Transition(
+            "preempted",
+            frozenset({"preempting"}),
+            frozenset({"queued"}),
+            "collector (its checkpoint is recorded); API leader (the grace ran out); reaper (lease lost)",
+        ),
         Transition("delete", TERMINAL_STATES, frozenset(), "API (DELETE /v1/jobs/{id}); retention sweep"),
     )
 }
@@ -107,6 +115,7 @@ def _running_on(workers: list[str], lease_seconds: float) -> dict[str, object]:
         "lease_expires_at": now + timedelta(seconds=lease_seconds),
         "started_at": now,
         "waiting_reason": None,
+        "preempted_by": None,
         "updated_at": now,
     }
 
@@ -138,6 +147,10 @@ def submit(session: Session, owner: str, spec: JobSpec, idempotency_key: str | N
         waiting_reason=None,
         worker=None,
         attempt=1,
+        priority=spec.priority,
+        preemptible=spec.preemptible,
+        preemptions=0,
+        queued_at=now,
         idempotency_key=idempotency_key,
         created_at=now,
         started_at=None,
@@ -267,6 +280,42 @@ def requeue(session: Session, job: JobRow, reason: str) -> None:
         lease_expires_at=None,
         waiting_reason=reason,
         progress=None,
+        queued_at=utcnow(),
+    )
+    dispatch_intents.add(session, job.id, job.device)
+    _state_changed(session, job)
+
+
+def preempt(session: Session, job: JobRow, for_job: str) -> None:
+    """running -> preempting, to make room for `for_job`: its worker is told at once (the state
+    notice), its rank 0 checkpoints at its next optimizer step and its ranks stop; it keeps its
+    devices until then."""
+    _check(job, "preempt")
+    _set(job, state="preempting", preempting_for=for_job, preempting_since=utcnow())
+    _state_changed(session, job)
+
+
+def preempted(session: Session, job: JobRow, why: str) -> None:
+    """preempting -> queued with `attempt` + 1 and `preemptions` + 1 (which never count towards
+    giving up), dispatched again: it resumes from its last checkpoint, which is the one taken
+    for the preemption unless it was late (`why` says which)."""
+    _check(job, "preempted")
+    job_nodes.remove(session, job.id, job.attempt)
+    taker = job.preempting_for
+    _set(
+        job,
+        state="queued",
+        attempt=job.attempt + 1,
+        preemptions=job.preemptions + 1,
+        preempted_by=taker,
+        preempting_for=None,
+        preempting_since=None,
+        worker=None,
+        lease_owner=None,
+        lease_expires_at=None,
+        waiting_reason=f"preempted by job {taker}: {why}",
+        progress=None,
+        queued_at=utcnow(),
     )
     dispatch_intents.add(session, job.id, job.device)
     _state_changed(session, job)

@@ -1,18 +1,12 @@
-"""The scheduling rule, as pure functions over plain values.
-
-Which queued job a worker starts, and whether any live worker could ever hold a job. The worker
-(which picks a job) and the service's waiting-reason sweep (which explains why a job waits) both
-use these, so a job's `waiting_reason` reads the same whoever wrote it.
-
-First come, first served within a device type: a worker starts the oldest queued job it could
-ever hold, which is the message's own job unless an older one waits. While that one does not
-fit the free devices, nothing younger starts there. Without this, a stream of 1-device jobs keeps
-every worker partly busy and a 2-device job never runs.
+"""Whether any live worker could ever hold a job, as pure functions over plain values: the worker
+(which drops a message it can never run) and the sharing rule (trainjobs.jobs.sharing, whose
+waiting reasons start here) share these, so a reason reads the same whoever wrote it. Which job
+starts, and where, is the sharing rule's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from trainjobs.contract.workers import WorkerStatus
@@ -27,42 +21,30 @@ class QueuedJob:
     own_code: bool = False  # it runs its own code: only a worker with a sandbox takes it
 
 
-def first_in_line(
-    job: QueuedJob, older: Iterable[QueuedJob], slots: int, workers: Sequence[WorkerStatus] = (), sandbox: bool = True
-) -> QueuedJob:
-    """The job a worker with `slots` devices runs for a message about `job`: the oldest of
-    `older` (queued before `job`, oldest first) that it could ever hold, else `job` itself (a job
-    with its own code only where the worker has a `sandbox`). A multi-node job counts only while
-    enough live `workers` could hold its nodes: one that cannot gather them blocks nothing."""
-
-    def could_run(candidate: QueuedJob) -> bool:
-        if candidate.needed > slots or (candidate.own_code and not sandbox):
-            return False
-        return (
-            candidate.nodes == 1
-            or waiting_reason(candidate.device, candidate.needed, workers, candidate.nodes, candidate.own_code) is None
-        )
-
-    return next((candidate for candidate in older if could_run(candidate)), job)
-
-
 def waiting_reason(
     device: str, needed: int, workers: Sequence[WorkerStatus], nodes: int = 1, own_code: bool = False
 ) -> str | None:
     """Why a job needing `needed` devices of `device` on each of `nodes` workers cannot run on
     the live `workers` (with `own_code`: on those that can sandbox it); None when enough of them
     own enough devices (they may be busy now: that is a wait, not a reason)."""
-    same_kind = [worker for worker in workers if worker.device == device]
-    if not same_kind:
+    capacities = [(worker.slots, worker.sandbox) for worker in workers if worker.device == device]
+    return never_fits(device, needed, capacities, nodes, own_code)
+
+
+def never_fits(
+    device: str, needed: int, capacities: Sequence[tuple[int, bool]], nodes: int = 1, own_code: bool = False
+) -> str | None:
+    """The same, given each live worker of the type as (slots, can sandbox)."""
+    if not capacities:
         return f"no live {device} worker"
     if own_code:
-        same_kind = [worker for worker in same_kind if worker.sandbox]
-        if not same_kind:
+        capacities = [(slots, sandbox) for slots, sandbox in capacities if sandbox]
+        if not capacities:
             return f"no live {device} worker can run a job's own code (its sandbox tool, bubblewrap, is missing there)"
-    largest = max(worker.slots for worker in same_kind)
+    largest = max(slots for slots, _ in capacities)
     if largest < needed:
         return f"needs {needed} {device} devices; the largest live {device} worker has {largest}"
-    big_enough = sum(worker.slots >= needed for worker in same_kind)
+    big_enough = sum(slots >= needed for slots, _ in capacities)
     if big_enough < nodes:
         holders = (
             f"{big_enough} live {device} worker has" if big_enough == 1 else f"{big_enough} live {device} workers have"

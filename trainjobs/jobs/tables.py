@@ -10,6 +10,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -17,6 +18,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    true,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -69,6 +71,14 @@ class JobRow(Base):
     workers: Mapped[list[str] | None] = mapped_column(JSON)  # each node's worker, node 0 first
     progress: Mapped[dict[str, Any] | None]  # inside the running epoch; null when not running
     attempt: Mapped[int] = mapped_column(Integer, default=1)
+    # Sharing the fleet (the spec's priority and preemptible, copied for the queue's queries).
+    priority: Mapped[int] = mapped_column(Integer, default=50, server_default="50")
+    preemptible: Mapped[bool] = mapped_column(Boolean, default=True, server_default=true())
+    preemptions: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    preempted_by: Mapped[str | None] = mapped_column(String(32))  # the job its devices last went to
+    preempting_for: Mapped[str | None] = mapped_column(String(32))  # while preempting: the job it makes room for
+    preempting_since: Mapped[datetime | None]
+    queued_at: Mapped[datetime | None]  # when it last entered the queue
     event_seq: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # last job_events.seq
     idempotency_key: Mapped[str | None] = mapped_column(String(256))
     # The lease: the worker that claimed the job renews it while the job runs.
@@ -116,6 +126,7 @@ class CheckpointRow(Base):
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     epoch: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # optimizer steps into the next epoch
     path: Mapped[str] = mapped_column(String(512))
     size_bytes: Mapped[int] = mapped_column(BigInteger)
     sha256: Mapped[str] = mapped_column(String(64))
@@ -203,3 +214,17 @@ class DispatchIntentRow(Base):
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
     device: Mapped[str] = mapped_column(String(8))
     created_at: Mapped[datetime]
+
+
+class OwnerRow(Base):
+    """An owner's sharing settings; an owner without a row has the defaults."""
+
+    __tablename__ = "owners"
+
+    owner: Mapped[str] = mapped_column(String(128), primary_key=True)
+    weight: Mapped[float] = mapped_column(Float)
+    max_cuda: Mapped[int | None] = mapped_column(Integer)
+    max_cpu: Mapped[int | None] = mapped_column(Integer)
+    max_priority: Mapped[int] = mapped_column(Integer)
+    allow_non_preemptible: Mapped[bool] = mapped_column(Boolean)
+    updated_at: Mapped[datetime]

@@ -40,6 +40,7 @@ def document(job: JobRow) -> JobDocument:
         workers=job.workers or [],
         progress=job.progress,
         attempt=job.attempt,
+        preemptions=job.preemptions or 0,
         created_at=job.created_at,
         started_at=job.started_at,
         finished_at=job.finished_at,

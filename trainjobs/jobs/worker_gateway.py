@@ -8,18 +8,19 @@ never an ORM row, so the worker knows nothing of the tables.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy.orm import Session
 
 from trainjobs.contract.spec import devices_per_node
-from trainjobs.jobs import lifecycle
+from trainjobs.contract.workers import WorkerStatus
+from trainjobs.jobs import lifecycle, queue
 from trainjobs.jobs.repositories import checkpoints, job_nodes, jobs
 from trainjobs.jobs.scheduling import QueuedJob
+from trainjobs.jobs.sharing import Rules
 from trainjobs.jobs.tables import JobRow
-
-OLDER_JOBS_READ = 200  # the most older queued jobs looked at for first-in-line
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,6 @@ class MessageView:
 
     state: str | None  # None: no such job
     job: QueuedJob | None = None  # set while it is queued
-    older: list[QueuedJob] = field(default_factory=list)  # queued before it, same device, oldest first
 
 
 @dataclass(frozen=True)
@@ -70,8 +70,20 @@ def view_message(session: Session, job_id: str) -> MessageView:
     job = jobs.get(session, job_id)
     if job is None or job.state != "queued":
         return MessageView(state=job.state if job else None)
-    older = jobs.queued_before(session, job, limit=OLDER_JOBS_READ)
-    return MessageView(state=job.state, job=_queued(job), older=[_queued(row) for row in older])
+    return MessageView(state=job.state, job=_queued(job))
+
+
+def next_start(
+    session: Session, hostname: str, device: str, workers: Sequence[WorkerStatus], rules: Rules, free: int
+) -> QueuedJob | None:
+    """The job the sharing rule starts on this worker now (the first it places here), or None:
+    the worker takes only what the rule places on it."""
+    decided = queue.decision(session, device, workers, rules, explain=False, free_here=(hostname, free))
+    start = next((start for start in decided.starts if hostname in start.hosts), None)
+    if start is None:
+        return None
+    job = jobs.get(session, start.job)
+    return _queued(job) if job is not None and job.state == "queued" else None
 
 
 def claim(session: Session, job_id: str, worker: str, lease_seconds: float) -> ClaimedJob | None:

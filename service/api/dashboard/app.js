@@ -51,6 +51,12 @@ function age(iso) {
 
 // ---- sign-in -------------------------------------------------------------------------------
 
+function preemptedMark(job) {
+  // A job that gave its devices to another: how many times, and to whom (its waiting reason says).
+  if (!job.preemptions) return "";
+  return h("span", { class: "chip preempted", title: job.waiting_reason || "" }, ` preempted ×${job.preemptions}`);
+}
+
 function showSignIn() {
   stopView();
   const form = h("form", { id: "sign-in" },
@@ -106,6 +112,7 @@ function showJobs(params) {
   const nameFilter = h("input", { id: "name-filter", placeholder: "name contains", size: 16, value: filters.name });
   const jobsBody = h("tbody", { id: "jobs" });
   const workersBody = h("tbody", { id: "workers" });
+  const sharesBody = h("tbody", { id: "shares" });
   const loadMore = h("button", { id: "load-more", hidden: "" }, "Load more");
   const count = h("span", { class: "muted", id: "jobs-count" });
   const error = h("p", { class: "error" });
@@ -118,6 +125,8 @@ function showJobs(params) {
     h("div", { class: "toolbar more" }, loadMore),
     h("h2", {}, "Workers"),
     h("table", {}, h("thead", {}, h("tr", {}, ["host", "device", "busy / slots", "jobs", "last seen"].map((t) => h("th", {}, t)))), workersBody),
+    h("h2", {}, "Shares"),
+    h("table", {}, h("thead", {}, h("tr", {}, ["owner", "device", "in use", "fair share", "weight", "cap"].map((t) => h("th", {}, t)))), sharesBody),
     error);
 
   function applyFilters(event) {
@@ -150,12 +159,20 @@ function showJobs(params) {
       count.textContent = `${jobs.length}${cursor ? "+" : ""} job${jobs.length === 1 ? "" : "s"}`;
       jobsBody.replaceChildren(...jobs.map((job) => h("tr", { class: "job-row", "data-job": job.id, onclick: () => { location.hash = `#/jobs/${job.id}`; } },
         h("td", {}, job.name || "–", " ", labelChips(job)), h("td", { class: "muted" }, job.id), h("td", {}, job.owner), h("td", {}, job.spec.model.name),
-        h("td", {}, stateBadge(job.state)), h("td", {}, `${job.epoch}/${job.spec.epochs} `, progressBar(job)),
+        h("td", {}, stateBadge(job.state), preemptedMark(job)), h("td", {}, `${job.epoch}/${job.spec.epochs} `, progressBar(job)),
         h("td", {}, job.metrics ? fmt(job.metrics.train_loss) : "–"), h("td", {}, age(job.created_at)), h("td", {}, job.worker || "–"))));
       const workers = (await (await api("/v1/workers")).json()).items;
       workersBody.replaceChildren(...workers.map((worker) => h("tr", {},
         h("td", {}, worker.hostname), h("td", {}, worker.device), h("td", {}, `${worker.busy} / ${worker.slots}`),
         h("td", {}, worker.jobs.join(", ") || "–"), h("td", {}, worker.lost ? "lost" : `${age(worker.last_seen)} ago`))));
+      const shares = [];
+      for (const device of new Set(workers.map((worker) => worker.device))) {
+        const queue = await (await api(`/v1/queue?device=${device}`)).json();
+        shares.push(...queue.owners.map((owner) => h("tr", { class: owner.in_use > owner.share ? "above-share" : "" },
+          h("td", {}, owner.owner), h("td", {}, device), h("td", {}, String(owner.in_use)), h("td", {}, owner.share.toFixed(1)),
+          h("td", {}, String(owner.weight)), h("td", {}, owner.max_devices === null ? "–" : String(owner.max_devices)))));
+      }
+      sharesBody.replaceChildren(...shares);
       error.textContent = "";
     } catch (problem) { error.textContent = problem.message; }
   }
@@ -213,6 +230,8 @@ function showJob(jobId) {
           ` step ${job.progress.step} of ${job.progress.steps}, ${job.progress.samples_per_second.toFixed(0)} samples/s, ETA ${eta(job.progress.eta_seconds)}`)] : [],
         h("dt", {}, "model / data"), h("dd", {}, `${job.spec.model.name} on ${job.spec.data.name}, ${job.effective.world_size} ${job.spec.device} rank(s)`),
         h("dt", {}, "worker"), h("dd", {}, `${job.worker || "–"} (attempt ${job.attempt})`),
+        job.preemptions ? [h("dt", {}, "preempted"), h("dd", { id: "job-preemptions" }, `${job.preemptions} time${job.preemptions === 1 ? "" : "s"}`)] : [],
+        h("dt", {}, "priority"), h("dd", {}, `${job.spec.priority}${job.spec.preemptible ? "" : ", never preempted"}`),
         h("dt", {}, "stop reason"), h("dd", {}, job.stop_reason || "–"),
         job.waiting_reason ? [h("dt", {}, "waiting"), h("dd", {}, job.waiting_reason)] : []),
       job.error ? h("p", { class: "error", id: "job-error" }, job.error) : "",

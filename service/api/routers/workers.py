@@ -32,6 +32,7 @@ def list_workers(request: Request, state: State) -> WorkerList:
                 jobs=w.jobs,
                 last_seen=w.last_seen_at,
                 lost=w.is_lost(now, state.settings.worker_lost_seconds),
+                sandbox=w.sandbox,
             )
             for w in workers
         ]

@@ -21,6 +21,7 @@ def record(session: Session, job_id: str, checkpoint: CheckpointRecord) -> None:
             "id": checkpoint.id,
             "job_id": job_id,
             "epoch": checkpoint.epoch,
+            "step": checkpoint.step,
             "path": checkpoint.path,
             "size_bytes": checkpoint.size_bytes,
             "sha256": checkpoint.sha256,
@@ -51,12 +52,18 @@ def get(session: Session, checkpoint_id: str) -> CheckpointRow | None:
 def for_job(session: Session, job_id: str) -> list[CheckpointRow]:
     return list(
         session.scalars(
-            select(CheckpointRow).where(CheckpointRow.job_id == job_id).order_by(CheckpointRow.epoch, CheckpointRow.id)
+            select(CheckpointRow)
+            .where(CheckpointRow.job_id == job_id)
+            .order_by(CheckpointRow.epoch, CheckpointRow.step, CheckpointRow.id)
         )
     )
 
 
 def latest_for_job(session: Session, job_id: str) -> CheckpointRow | None:
+    """The furthest along: most epochs, then most steps into the next (a preemption's)."""
     return session.scalars(
-        select(CheckpointRow).where(CheckpointRow.job_id == job_id).order_by(CheckpointRow.epoch.desc()).limit(1)
+        select(CheckpointRow)
+        .where(CheckpointRow.job_id == job_id)
+        .order_by(CheckpointRow.epoch.desc(), CheckpointRow.step.desc())
+        .limit(1)
     ).one_or_none()

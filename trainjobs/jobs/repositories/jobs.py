@@ -207,58 +207,6 @@ def _own_code():
     return JobRow.spec["code"].as_string().is_not(None)
 
 
-@dataclass(frozen=True)
-class Demand:
-    """What a group of queued jobs asks of the fleet."""
-
-    device: str
-    gpus: int
-    nodes: int
-    own_code: bool
-
-
-def queued_demand(session: Session) -> list[Demand]:
-    """The distinct (device type, devices needed, nodes, own code) among queued jobs: a handful,
-    however long the queue."""
-    query = select(JobRow.device, _devices_needed(), _nodes(), _own_code()).where(JobRow.state == "queued")
-    return [
-        Demand(device, needed, nodes, bool(code)) for device, needed, nodes, code in session.execute(query.distinct())
-    ]
-
-
-def queued_with_other_reason(session: Session, demand: Demand, reason: str | None, limit: int) -> list[JobRow]:
-    """Queued jobs of one demand whose waiting reason is not `reason`, oldest first, locked (rows
-    another transaction holds are left for the next pass)."""
-    return list(
-        session.scalars(
-            select(JobRow)
-            .where(
-                JobRow.state == "queued",
-                JobRow.device == demand.device,
-                _devices_needed() == demand.gpus,
-                _nodes() == demand.nodes,
-                _own_code() == demand.own_code,
-                JobRow.waiting_reason.is_distinct_from(reason),
-            )
-            .order_by(JobRow.created_at)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-        )
-    )
-
-
-def queued_before(session: Session, job: JobRow, limit: int = 200) -> list[JobRow]:
-    """The oldest queued jobs of `job`'s device type submitted before it, oldest first."""
-    return list(
-        session.scalars(
-            select(JobRow)
-            .where(JobRow.state == "queued", JobRow.device == job.device, JobRow.created_at < job.created_at)
-            .order_by(JobRow.created_at)
-            .limit(limit)
-        )
-    )
-
-
 def count_by_state(session: Session) -> dict[str, int]:
     rows = session.execute(select(JobRow.state, func.count()).group_by(JobRow.state))
     return {state: count for state, count in rows}
@@ -292,3 +240,65 @@ def unfinished_using_code(session: Session, owner: str, code: str, limit: int = 
             .limit(limit)
         )
     )
+
+
+QUEUED_FIELDS = (JobRow.id, JobRow.owner, _devices_needed(), _nodes(), JobRow.priority, JobRow.queued_at,
+                 JobRow.created_at, _own_code(), JobRow.preempted_by)  # fmt: skip
+RUNNING_FIELDS = (JobRow.id, JobRow.owner, _devices_needed(), _nodes(), JobRow.workers, JobRow.priority,
+                  JobRow.preemptible, JobRow.started_at, JobRow.preempting_for, JobRow.state)  # fmt: skip
+
+
+def queued_of(session: Session, device: str) -> list[tuple]:
+    """Every queued job of a device type, as the sharing rule reads it (plain rows: a long queue
+    is read without building a row object per job), oldest first."""
+    query = select(*QUEUED_FIELDS).where(JobRow.state == "queued", JobRow.device == device)
+    return list(session.execute(query.order_by(JobRow.created_at, JobRow.id)))
+
+
+def holding_devices(session: Session, device: str) -> list[tuple]:
+    """The jobs of a device type that hold devices now (running, preempting, cancelling)."""
+    query = select(*RUNNING_FIELDS).where(JobRow.state.in_(ACTIVE_STATES), JobRow.device == device)
+    return list(session.execute(query))
+
+
+def preempting_since_before(session: Session, cutoff: datetime, limit: int = 100) -> list[JobRow]:
+    """Jobs preempting since before `cutoff` (their checkpoint is late), locked."""
+    return list(
+        session.scalars(
+            select(JobRow)
+            .where(JobRow.state == "preempting", JobRow.preempting_since < cutoff)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+    )
+
+
+def waiting_reasons(session: Session, job_ids: list[str]) -> list[tuple[str, str | None]]:
+    """(id, waiting reason) of those of `job_ids` still queued."""
+    found: list[tuple[str, str | None]] = []
+    for start in range(0, len(job_ids), 1000):  # bounded IN lists
+        chunk = job_ids[start : start + 1000]
+        query = select(JobRow.id, JobRow.waiting_reason).where(JobRow.id.in_(chunk), JobRow.state == "queued")
+        found += [(job_id, reason) for job_id, reason in session.execute(query)]
+    return found
+
+
+def devices_in_use(session: Session) -> list[tuple[str, str, int]]:
+    """(owner, device type, devices) held by jobs now."""
+    held = func.sum(_devices_needed())
+    query = select(JobRow.owner, JobRow.device, held).where(JobRow.state.in_(ACTIVE_STATES))
+    return [
+        (owner, device, int(count or 0))
+        for owner, device, count in session.execute(query.group_by(JobRow.owner, JobRow.device))
+    ]
+
+
+def preemptions_so_far(session: Session) -> int:
+    """Preemptions of the jobs SQL still holds."""
+    return int(session.scalar(select(func.coalesce(func.sum(JobRow.preemptions), 0))) or 0)
+
+
+def queue_entry_times(session: Session) -> list[tuple[str, datetime]]:
+    """(device type, when it entered the queue) of every queued job."""
+    entered = func.coalesce(JobRow.queued_at, JobRow.created_at)
+    return list(session.execute(select(JobRow.device, entered).where(JobRow.state == "queued")))

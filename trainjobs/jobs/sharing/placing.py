@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from functools import cached_property
 
+from trainjobs.jobs.scheduling import never_fits
 from trainjobs.jobs.sharing.fleet import Fleet
 from trainjobs.jobs.sharing.values import Preemption, QueuedJob, Rules, RunningJob, Start
 
@@ -59,19 +60,8 @@ class Placing:
         return self._never[shape]
 
     def _never_here_for(self, needed: int, nodes: int, own_code: bool) -> str | None:
-        kind = self.fleet.device
-        hosts = [host for host in self.fleet.hosts if host.sandbox or not own_code]
-        if not self.fleet.hosts:
-            return f"no live {kind} worker"
-        if not hosts:
-            return f"no live {kind} worker can run a job's own code (its sandbox tool, bubblewrap, is missing there)"
-        largest = max(host.slots for host in hosts)
-        if largest < needed:
-            return f"needs {needed} {kind} devices; the largest live {kind} worker has {largest}"
-        holders = sum(host.slots >= needed for host in hosts)
-        if holders < nodes:
-            return f"needs {nodes} {kind} workers with {needed} devices each; {holders} live ones have that many"
-        return None
+        capacities = [(host.slots, host.sandbox) for host in self.fleet.hosts]
+        return never_fits(self.fleet.device, needed, capacities, nodes, own_code)
 
     def _capped(self, job: QueuedJob) -> str | None:
         cap = self.fleet.cap(job.owner)

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-DEFAULT_WEIGHT = 1.0
-DEFAULT_MAX_PRIORITY = 50
+from trainjobs.contract.sharing import DEFAULT_MAX_PRIORITY, DEFAULT_WEIGHT
+
+__all__ = ["DEFAULT_MAX_PRIORITY", "DEFAULT_WEIGHT"]  # spelled in the contract
 
 
 @dataclass(frozen=True)

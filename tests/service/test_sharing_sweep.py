@@ -1,5 +1,6 @@
-"""Waiting reasons on real SQL (SQLite and PostgreSQL): every queued job gets the reason the
-fleet implies, and a pass over an unchanged fleet changes nothing."""
+"""The leader's sharing sweep on real SQL (SQLite and PostgreSQL): every queued job gets the
+waiting reason the rule gives it, a long queue is written a batch at a time, a pass over an
+unchanged fleet changes nothing, and a job that can start loses its reason and is dispatched again."""
 
 import time
 
@@ -12,7 +13,9 @@ from trainjobs.jobs.db import transaction
 from trainjobs.jobs.tables import DispatchIntentRow, JobEventRow, JobRow
 from trainjobs.service.auth import Principal
 from trainjobs.service.jobs import submit
-from trainjobs.service.reaper import explain_waiting_jobs
+from trainjobs.jobs import queue
+from trainjobs.jobs.sharing import Rules
+from trainjobs.service import sharing
 
 
 class NoBroker:
@@ -33,6 +36,12 @@ def submit_jobs(sessions, gpus: int, count: int) -> None:
             submit(session, Principal("alice", False), spec, NoBroker())
 
 
+def explain_waiting_jobs(sessions, workers: list[WorkerStatus], limit: int = sharing.REASONS_BATCH) -> int:
+    with transaction(sessions) as session:
+        decided = queue.decision(session, "cpu", workers, Rules(time.time()))
+    return sharing.explain(sessions, decided, limit=limit)
+
+
 def reasons(sessions) -> dict[str | None, int]:
     with transaction(sessions) as session:
         rows = session.execute(select(JobRow.waiting_reason, func.count()).group_by(JobRow.waiting_reason))
@@ -49,9 +58,14 @@ def test_every_queued_job_gets_its_reason_however_long_the_queue(database_url, n
     submit_jobs(sessions, gpus=3, count=120)
     submit_jobs(sessions, gpus=1, count=5)
 
-    # 50 a pass: three passes reach all 120 three-rank jobs, and a fourth finds none left.
-    assert [explain_waiting_jobs(sessions, [worker(2)], limit=50) for _ in range(4)] == [50, 50, 20, 0]
-    assert reasons(sessions) == {"needs 3 cpu devices; the largest live cpu worker has 2": 120, None: 5}
+    # 50 a pass: three passes reach the 120 three-rank jobs and the three one-rank jobs that wait
+    # (two start on the worker's two slots: no reason), and a fourth finds none left.
+    assert [explain_waiting_jobs(sessions, [worker(2)], limit=50) for _ in range(4)] == [50, 50, 23, 0]
+    waits = (
+        "waiting for 1 free cpu devices: owner alice would be above its fair share (2 in use + 1 > 2.0), "
+        "so it preempts no one"
+    )
+    assert reasons(sessions) == {"needs 3 cpu devices; the largest live cpu worker has 2": 120, None: 2, waits: 3}
 
 
 def test_a_pass_over_an_unchanged_fleet_changes_nothing(database_url, namespace):
@@ -73,5 +87,9 @@ def test_a_job_that_can_run_again_loses_its_reason_and_is_dispatched_again(datab
     assert reasons(sessions) == {"no live cpu worker": 4}
 
     assert explain_waiting_jobs(sessions, [worker(4)]) == 4
-    assert reasons(sessions) == {None: 4}
-    assert count(sessions, DispatchIntentRow) == 4
+    waits = (
+        "waiting for 3 free cpu devices: owner alice would be above its fair share (3 in use + 3 > 4.0), "
+        "so it preempts no one"
+    )
+    assert reasons(sessions) == {None: 1, waits: 3}  # the first starts; the others wait for it
+    assert count(sessions, DispatchIntentRow) == 1
