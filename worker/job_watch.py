@@ -1,7 +1,7 @@
 """Watching a running job: the worker's side of its lease, from the launcher's start to its end.
 
 The watch sleeps on one event. It wakes when the launcher exits, when a notice says the job's
-state changed (cancel: trainjobs.worker.state_notices), or when the lease is due for renewal
+state changed (cancel, preempt: trainjobs.worker.state_notices), or when the lease is due for renewal
 (every third of `lease_seconds`). Only then does it read SQL. The ranks share the host with the
 worker, and a watch that read SQL every second cost them CPU for nothing.
 
@@ -78,6 +78,7 @@ class JobWatch:
     ) -> WatchOutcome:
         renewed_at = time.monotonic()  # the claim took the lease
         next_renewal = renewed_at + self.lease_seconds / 3
+        asked_to_stop = False
         while True:
             woken.wait(max(0.0, next_renewal - time.monotonic()))
             woken.clear()  # before reading: a notice from here on wakes the next wait
@@ -98,6 +99,8 @@ class JobWatch:
             if not lease.ours:
                 log.warning("job %s: lease lost (taken over or requeued); ending its launcher", request.job_id)
                 return WatchOutcome("lost")
+            if lease.state == "preempting" and not asked_to_stop:
+                asked_to_stop = _stop_for_preemption(request, launcher)
             if lease.state == "cancelling":
                 supervision.end_process_group(launcher)
                 if request.node_rank == 0:  # one report for the whole job
@@ -121,6 +124,14 @@ class JobWatch:
                 log.warning("job %s: lease check failed (%s); trying again in %.1f s", request.job_id, error, pause)
                 time.sleep(pause)
                 pause = min(pause * 2, RETRY_MAX_SECONDS)
+
+
+def _stop_for_preemption(request: RunRequest, launcher: subprocess.Popen[bytes]) -> bool:
+    """Its rank 0 checkpoints at the step it is in and the ranks stop; the launcher reports that,
+    and the job goes back to the queue. The watch goes on meanwhile."""
+    supervision.ask_to_stop(launcher)
+    log.info("job %s is preempted: its ranks stop at their next step", request.job_id)
+    return True
 
 
 class LeaseKeeper:

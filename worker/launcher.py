@@ -53,6 +53,8 @@ from trainjobs.worker.rendezvous import Rendezvous, RendezvousRefused
 from trainjobs.worker.report_relay import ReportRelay
 from trainjobs.worker.reporter import EventReporter
 from trainjobs.worker.slot import AttemptFiles, Slot
+from trainjobs.worker.stop_relay import RESEND_SECONDS, StopRelay
+from trainjobs.worker.trainer.trainer import PREEMPTED
 
 log = logging.getLogger("trainjobs.launcher")
 
@@ -87,6 +89,7 @@ def launch(
     client: redis.Redis | None = None,
     ranks: RunRequest | None = None,
     disk_bytes: int | None = None,
+    stop: StopRelay | None = None,
 ) -> StateChange | None:
     """Run this node's ranks of one attempt (given `ranks`, their own request [`request`]); return
     the final state to report, or None: the worker that started us (`parent_pid`, when given) is
@@ -111,7 +114,7 @@ def launch(
     use_host_pids(context.processes, multiprocessing.forkserver._forkserver._forkserver_pid)  # type: ignore[attr-defined]
     parent = ParentWatch(parent_pid)
     try:
-        outcome = _watch_ranks(ranks, context, parent, disk_bytes)
+        outcome = _watch_ranks(ranks, context, parent, disk_bytes, stop or StopRelay())
     finally:
         parent.close()
         _end_ranks(context)
@@ -122,7 +125,9 @@ def launch(
     )
 
 
-def _watch_ranks(request: RunRequest, context, parent: ParentWatch, disk_bytes: int | None) -> StateChange | None:
+def _watch_ranks(
+    request: RunRequest, context, parent: ParentWatch, disk_bytes: int | None, stop: StopRelay
+) -> StateChange | None:
     """Asleep until a rank exits, the worker goes or the deadline passes (and, with a bound on
     the ranks' files, every DISK_CHECK_SECONDS), rather than waking twice a second for nothing
     beside the job's ranks. None when the ranks all ended or the worker went; else the state to
@@ -137,6 +142,9 @@ def _watch_ranks(request: RunRequest, context, parent: ParentWatch, disk_bytes: 
             timeouts.append(DISK_CHECK_SECONDS)
             if folder_bytes(request.rank_path) > disk_bytes:
                 return StateChange(state="failed", stop_reason="error", error=_past_disk_bound(disk_bytes))
+        if stop.asked:  # a preemption: asked again until they stop
+            stop.forward(context.processes)
+            timeouts.append(RESEND_SECONDS)
         multiprocessing.connection.wait([*context.sentinels, *parent.fds], timeout=min(timeouts, default=None))
         try:
             if context.join(timeout=0):
@@ -233,6 +241,8 @@ def _success(request: RunRequest) -> StateChange | None:
         result = RankResult.model_validate_json(written)
     except ValueError:
         return StateChange(state="failed", stop_reason="error", error="rank 0 wrote a result that is not one")
+    if result.stop_reason == PREEMPTED:  # its checkpoint is relayed before this: back to the queue
+        return StateChange(state="queued")
     return StateChange(state="succeeded", stop_reason=result.stop_reason)
 
 
@@ -270,6 +280,7 @@ def _end_ranks(context) -> None:
 
 def main() -> None:
     args = _arguments()
+    stop = StopRelay().install()  # before anything: the worker may ask while we start
     logging.basicConfig(level=logging.INFO, format="%(asctime)s launcher %(levelname)s %(message)s")
     slot = None
     if args.slots is not None:
@@ -284,7 +295,7 @@ def main() -> None:
         request = RunRequest.model_validate_json(request_file.read_text())
         request_file.unlink()  # it holds the Redis URL (and password): nobody reads it after us
         _log_to(request.run_path / "launcher.log")
-        outcome = run_attempt(request, slot, args.parent, args.max_file_bytes if slot else None)
+        outcome = run_attempt(request, slot, args.parent, args.max_file_bytes if slot else None, stop)
     finally:
         if slot is not None:
             slot.release()
@@ -292,7 +303,9 @@ def main() -> None:
         sys.exit(0 if os.getppid() == args.parent else 3)
 
 
-def run_attempt(request: RunRequest, slot: Slot | None, parent_pid: int, disk_bytes: int | None) -> StateChange | None:
+def run_attempt(
+    request: RunRequest, slot: Slot | None, parent_pid: int, disk_bytes: int | None, stop: StopRelay | None = None
+) -> StateChange | None:
     """Give the ranks their files, relay rank 0's reports, run the ranks, report how it ended."""
     assert request.redis_url is not None and request.events_stream is not None
     client = redis.Redis.from_url(request.redis_url, socket_timeout=10, socket_connect_timeout=5)
@@ -304,7 +317,7 @@ def run_attempt(request: RunRequest, slot: Slot | None, parent_pid: int, disk_by
                         files.owner_uid).start()  # fmt: skip
     shipper = LogShipper(files.rank_dir, reporter.send).start()
     try:
-        outcome = launch(request, parent_pid, client, ranks, disk_bytes)
+        outcome = launch(request, parent_pid, client, ranks, disk_bytes, stop)
     finally:
         relay.finish(timeout=RELAY_SECONDS)  # every report, every checkpoint in the store, before the end
         shipper.stop()  # every line is sent before the final state

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import torch.distributed as dist
 
 from trainjobs.contract.run import RankResult, RunRequest, StoreAddress
+from trainjobs.worker.trainer.preemption import StopRequest
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
 def run_rank(local_rank: int, request: RunRequest, store: StoreAddress) -> None:
     """One rank of this node: `local_rank` here, global rank `request.global_rank(local_rank)`."""
+    stop = StopRequest().install()  # first: the launcher may ask this rank to stop at any time
     rank = request.global_rank(local_rank)
     if not request.is_local:
         _redirect_output(request, rank)
@@ -44,7 +46,7 @@ def run_rank(local_rank: int, request: RunRequest, store: StoreAddress) -> None:
         os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = interface
     exit_code = 0
     try:
-        stop_reason = train_rank(rank, request, store, local_rank)
+        stop_reason = train_rank(rank, request, store, local_rank, stop)
         if rank == 0:
             result = RankResult(stop_reason=stop_reason)
             (request.rank_path / "result.json").write_text(result.model_dump_json())
@@ -71,7 +73,9 @@ def _own_multiprocessing() -> None:
     multiprocessing.current_process()._config.pop("tempdir", None)  # type: ignore[attr-defined]
 
 
-def train_rank(rank: int, request: RunRequest, store: StoreAddress, local_rank: int | None = None) -> str:
+def train_rank(
+    rank: int, request: RunRequest, store: StoreAddress, local_rank: int | None = None, stop: StopRequest | None = None
+) -> str:
     """Set up this rank's process group, build the job's parts, train; return the stop reason."""
     # Imported here: the spawned interpreter pays for torch only once it is a rank.
 
@@ -96,15 +100,16 @@ def train_rank(rank: int, request: RunRequest, store: StoreAddress, local_rank: 
         + (f", node {request.node_rank} of {request.nodes} on {request.hostname}" if request.nodes > 1 else ""),
         flush=True,
     )
-    trainer = _trainer(request, context)
+    trainer = _trainer(request, context, stop)
     stop_reason = trainer.fit()
     # Every rank reaches this barrier only after rank 0 wrote and reported its last checkpoint.
     dist.barrier()
-    print(f"rank {rank} done after epoch {trainer.epoch}: {stop_reason}", flush=True)
+    inside = f" and {trainer.step} steps into the next" if trainer.step else ""
+    print(f"rank {rank} done after epoch {trainer.epoch}{inside}: {stop_reason}", flush=True)
     return stop_reason
 
 
-def _trainer(request: RunRequest, context: RankContext) -> Trainer:
+def _trainer(request: RunRequest, context: RankContext, stop: StopRequest | None) -> Trainer:
     """The job's trainer on this rank, given its parts, and resumed or initialised as asked."""
     from pathlib import Path
 
@@ -113,6 +118,7 @@ def _trainer(request: RunRequest, context: RankContext) -> Trainer:
     from trainjobs.worker.trainer.catalog import resolve_code_entries
     from trainjobs.worker.trainer.checkpoints import Checkpointer, CheckpointStorage, storage_at
     from trainjobs.worker.trainer.handoff import HandedOverStorage, LauncherChannel
+    from trainjobs.worker.trainer.preemption import StopAgreement
     from trainjobs.worker.trainer.telemetry import EpochTelemetry
     from trainjobs.worker.trainer.trainer import Trainer
 
@@ -130,7 +136,8 @@ def _trainer(request: RunRequest, context: RankContext) -> Trainer:
     telemetry = EpochTelemetry(
         context.device, spec.world_size, spec.epochs, parts.steps_per_epoch, report, request.progress_interval_seconds
     )
-    trainer = Trainer(spec, parts, context, checkpointer, report, telemetry)
+    agreement = StopAgreement(stop, context.world_size) if stop is not None and not request.is_local else None
+    trainer = Trainer(spec, parts, context, checkpointer, report, telemetry, agreement)
     if request.resume_path:
         trainer.load_state_dict(checkpointer.load(request.resume_path))
         print(f"resumed from {request.resume_path} after epoch {trainer.epoch}", flush=True)

@@ -145,6 +145,17 @@ def wait_or_end(launcher: subprocess.Popen[bytes], seconds: float = TERMINATE_GR
         end_process_group(launcher)
 
 
+STOP_SIGNAL = signal.SIGUSR1  # worker -> launcher -> ranks: checkpoint at the next step and stop (a preemption)
+
+
+def ask_to_stop(launcher: subprocess.Popen[bytes]) -> None:
+    """Ask a launcher's ranks to checkpoint at their next optimizer step and stop."""
+    try:
+        os.kill(launcher.pid, STOP_SIGNAL)
+    except ProcessLookupError:
+        pass
+
+
 def end_process_group(launcher: subprocess.Popen[bytes]) -> None:
     """SIGTERM to the launcher's whole group, SIGKILL to what is left after a grace period."""
     for sig in (signal.SIGTERM, signal.SIGKILL):

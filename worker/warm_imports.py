@@ -5,6 +5,8 @@ DistributedDataParallel would import on first use (torch._dynamo and what it pul
 second and a half on a 2-core host). Nothing here runs job code, touches CUDA or starts a thread.
 """
 
+import signal
+
 import torch
 import torch._dynamo
 import torch.distributed
@@ -16,3 +18,7 @@ import trainjobs.worker.trainer.builder
 import trainjobs.worker.trainer.checkpoints
 import trainjobs.worker.trainer.telemetry
 import trainjobs.worker.trainer.trainer  # noqa: F401
+
+# A rank asked to stop (a preemption) before it has set its own handler must not die of the
+# signal: forked from here, it ignores the signal until it is ready (trainjobs.worker.rank).
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)

@@ -5,9 +5,10 @@ checked to be its job's own."""
 from __future__ import annotations
 
 
-def checkpoint_id(job_id: str, epoch: int) -> str:
-    """`<job id>-e<epoch, 4 digits>`: written after `epoch` finished epochs."""
-    return f"{job_id}-e{epoch:04d}"
+def checkpoint_id(job_id: str, epoch: int, step: int = 0) -> str:
+    """`<job id>-e<epoch, 4 digits>`: written after `epoch` finished epochs; a preemption's, taken
+    `step` optimizer steps into the next epoch, adds `-s<step, 6 digits>`."""
+    return f"{job_id}-e{epoch:04d}" + (f"-s{step:06d}" if step else "")
 
 
 def checkpoint_path(job_id: str, checkpoint: str, attempt: int) -> str:

@@ -13,11 +13,12 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.optim.lr_scheduler import LRScheduler
-from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
+from torch.utils.data import DataLoader, Dataset, Subset
 
 from trainjobs.contract.spec import JobSpec
 from trainjobs.worker.trainer.catalog import build_datasets, build_model, uses_channels_last
 from trainjobs.worker.trainer.distributed import RankContext
+from trainjobs.worker.trainer.preemption import ResumableSampler
 from trainjobs.worker.trainer.schedule import build_scheduler
 
 
@@ -26,7 +27,7 @@ class TrainingParts:
     model: nn.Module  # the plain model: what checkpoints hold and evaluation calls
     wrapped: nn.Module  # DDP (or DataParallel) around it: what a training step calls
     train_loader: DataLoader
-    train_sampler: DistributedSampler
+    train_sampler: ResumableSampler  # can start into its epoch (a resume inside an epoch)
     val_loader: DataLoader
     optimizer: torch.optim.Optimizer
     scheduler: LRScheduler
@@ -69,10 +70,10 @@ def build_parts(spec: JobSpec, rank: RankContext, data_root: Path) -> TrainingPa
 
 def _loaders(
     spec: JobSpec, rank: RankContext, train_set: Dataset, val_set: Dataset
-) -> tuple[DataLoader, DistributedSampler, DataLoader]:
+) -> tuple[DataLoader, ResumableSampler, DataLoader]:
     """This rank's shard of the training set (shuffled per epoch, the same order on every rank)
     and of the validation set (without padding, so every sample counts exactly once)."""
-    train_sampler = DistributedSampler(
+    train_sampler = ResumableSampler(
         train_set, num_replicas=rank.world_size, rank=rank.rank, shuffle=True, seed=spec.seed
     )
     val_shard = Subset(val_set, range(rank.rank, len(val_set), rank.world_size))

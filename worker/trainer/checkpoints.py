@@ -85,7 +85,7 @@ def _sha256(path: Path) -> str:
 
 def to_remove(kept: list[CheckpointRecord], keep_last: int, best_id: str | None) -> list[CheckpointRecord]:
     """The checkpoints past the newest `keep_last`, except the best."""
-    newest = sorted(kept, key=lambda record: record.epoch)[-keep_last:]
+    newest = sorted(kept, key=lambda record: (record.epoch, record.step))[-keep_last:]
     keep = {record.id for record in newest} | ({best_id} if best_id else set())
     return [record for record in kept if record.id not in keep]
 
@@ -110,16 +110,17 @@ class Checkpointer:
         self.kept: list[CheckpointRecord] = []
         self.best_id: str | None = None
 
-    def save(self, epoch: int, state: dict[str, Any], is_best: bool) -> CheckpointRecord:
-        """Write this epoch's checkpoint (`state`: the trainer's, this object's included), report
-        it, and rotate old ones out."""
+    def save(self, epoch: int, state: dict[str, Any], is_best: bool, step: int = 0) -> CheckpointRecord:
+        """Write the checkpoint after `epoch` epochs and `step` optimizer steps into the next
+        (`state`: the trainer's, this object's included), report it, and rotate old ones out."""
         assert self.report is not None, "only rank 0 saves checkpoints"
-        checkpoint = checkpoint_id(self.job_id, epoch)
+        checkpoint = checkpoint_id(self.job_id, epoch, step)
         relative = checkpoint_path(self.job_id, checkpoint, self.attempt)
         stored = self.storage.write(relative, {"format_version": FORMAT_VERSION, **state})
         record = CheckpointRecord(
             id=checkpoint,
             epoch=epoch,
+            step=step,
             size_bytes=stored.size_bytes,
             sha256=stored.sha256,
             is_best=is_best,

@@ -8,11 +8,13 @@ sync on the last micro-step only, clipping and the per-step schedule are each a 
 from __future__ import annotations
 
 import math
+import random
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel
@@ -24,9 +26,16 @@ from trainjobs.contract.spec import JobSpec
 from trainjobs.worker.trainer.builder import TrainingParts
 from trainjobs.worker.trainer.checkpoints import Checkpointer
 from trainjobs.worker.trainer.distributed import RankContext, all_reduce_sum
+from trainjobs.worker.trainer.preemption import StopAgreement
 from trainjobs.worker.trainer.telemetry import EpochTelemetry
 
 AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+PREEMPTED = "preempted"  # fit's answer when the ranks stopped for a preemption (not a job's stop reason)
+
+
+def _as_tuples(value: Any) -> Any:
+    """random.setstate wants tuples where a checkpoint may hold lists."""
+    return tuple(_as_tuples(item) for item in value) if isinstance(value, list | tuple) else value
 
 
 class Trainer:
@@ -38,6 +47,7 @@ class Trainer:
         checkpointer: Checkpointer,
         report: Callable[[BaseModel], None] | None = None,
         telemetry: EpochTelemetry | None = None,
+        stop: StopAgreement | None = None,
     ):
         self.spec = spec
         self.rank = rank
@@ -58,16 +68,34 @@ class Trainer:
             rank.device, rank.world_size, spec.epochs, self.steps_per_epoch, None
         )
 
+        self.stop = stop  # the ranks' agreement to stop for a preemption (None: never asked)
+        self.batches_per_epoch = len(self.train_loader)  # micro-batches of a whole epoch, per rank
+
         self.epoch = 0  # last finished epoch
         self.best_val_loss = math.inf
         self.epochs_without_improvement = 0
+        # Inside an epoch (a preemption's checkpoint): optimizer steps done in epoch + 1, what they
+        # summed (over all ranks), and the RNG state before the epoch's loader iterator was made.
+        self.step = 0
+        self.partial: tuple[float, int] = (0.0, 0)
+        self.epoch_rng: torch.Tensor | None = None
 
     # ---- the loop ------------------------------------------------------------------------------
 
     def fit(self) -> str:
-        """Train the remaining epochs; return the stop reason ("completed" or "early_stopping")."""
+        """Train the remaining epochs; return the stop reason ("completed", "early_stopping", or
+        PREEMPTED: asked to stop, the ranks stopped at one step, checkpointed there)."""
+        try:
+            return self._epochs()
+        finally:
+            if self.stop is not None:
+                self.stop.finish()  # no vote left in flight when the ranks tear down
+
+    def _epochs(self) -> str:
         for epoch in range(self.epoch + 1, self.spec.epochs + 1):
             metrics = self.run_epoch(epoch)
+            if metrics is None:
+                return PREEMPTED
             improved = metrics.val_loss < self.best_val_loss - self._min_delta()
             if improved:
                 self.best_val_loss, self.epochs_without_improvement = metrics.val_loss, 0
@@ -75,18 +103,26 @@ class Trainer:
                 self.epochs_without_improvement += 1
             self.epoch = epoch
             stopping = self._should_stop_early()
+            preempted = self.stop is not None and not stopping and epoch < self.spec.epochs and self.stop.now()
             if self.rank.is_main:
                 assert self.report is not None
                 self.report(metrics)
-                if improved or stopping or self._checkpoint_due(epoch):
+                if improved or stopping or preempted or self._checkpoint_due(epoch):
                     self.checkpointer.save(epoch, self.state_dict(), is_best=improved)
             if stopping:
                 return "early_stopping"
+            if preempted:
+                return PREEMPTED
         return "completed"
 
-    def run_epoch(self, epoch: int) -> EpochMetrics:
+    def run_epoch(self, epoch: int) -> EpochMetrics | None:
+        """One epoch's training and evaluation, and its metrics; None when the ranks stopped inside
+        it for a preemption (rank 0 has checkpointed the step they stopped at)."""
         start = time.perf_counter()
-        train_loss, samples = self.train_epoch(epoch)
+        trained = self.train_epoch(epoch)
+        if trained is None:
+            return None
+        train_loss, samples = trained
         figures = self.telemetry.finish_epoch()
         seconds = time.perf_counter() - start
         val_loss, val_accuracy = self.evaluate()
@@ -107,17 +143,19 @@ class Trainer:
             **figures,
         )
 
-    def train_epoch(self, epoch: int) -> tuple[float, int]:
-        """One pass over this rank's shard; returns the global mean loss and global samples."""
+    def train_epoch(self, epoch: int) -> tuple[float, int] | None:
+        """One pass over this rank's shard (from `self.step` on, after a preemption's checkpoint);
+        returns the global mean loss and global samples, or None when the ranks agreed to stop
+        inside it (a preemption: rank 0 has checkpointed the step)."""
         spec, device = self.spec, self.rank.device
         self.model.train()
-        self.train_sampler.set_epoch(epoch)  # a different shuffle each epoch, the same on every rank
-        self.telemetry.start_epoch(epoch)
-        n_batches = len(self.train_loader)
+        skipped = self._start_epoch(epoch)
+        n_batches = self.batches_per_epoch
         loss_sum = torch.zeros((), dtype=torch.float64, device=device)
         first_bad_step = torch.full((), -1, dtype=torch.long, device=device)
         samples = 0
-        for step, (inputs, targets) in enumerate(self.telemetry.batches(self.train_loader)):
+        for index, (inputs, targets) in enumerate(self.telemetry.batches(self._epoch_batches)):
+            step = skipped + index  # the micro-batch's place in the whole epoch
             inputs = inputs.to(device, non_blocking=True, memory_format=self._input_format(inputs))
             targets = targets.to(device, non_blocking=True)
             # Micro-batches form groups of accumulation_steps; a trailing group may be shorter.
@@ -136,17 +174,62 @@ class Trainer:
             # Remember the first non-finite step without a host sync per step; checked below.
             first_bad_step = torch.where((first_bad_step < 0) & ~torch.isfinite(loss), step, first_bad_step)
             if last_micro_step:
-                if spec.grad_clip_norm is not None:
-                    self.scaler.unscale_(self.optimizer)
-                    nn.utils.clip_grad_norm_(self.raw_model.parameters(), spec.grad_clip_norm)
-                self.scaler.step(self.optimizer)  # under fp16 a step with inf/nan gradients is skipped
-                self.scaler.update()
-                self.optimizer.zero_grad(set_to_none=True)
-                self.scheduler.step()
-                self.telemetry.optimizer_step(samples)
+                self._optimizer_step(samples)
+                inside = step + 1 < n_batches  # a stop at the epoch's last step waits for its end
+                if inside and self.stop is not None and self.stop.after_step():
+                    self._checkpoint_inside(epoch, (step + 1) // spec.accumulation_steps, loss_sum, samples)
+                    return None
         self._fail_if_diverged(epoch, int(first_bad_step.item()), n_batches)
-        total_loss, total_samples = all_reduce_sum([loss_sum.item(), samples], device)
+        return self._epoch_totals(loss_sum, samples)
+
+    def _optimizer_step(self, samples: int) -> None:
+        """Clip, step (under fp16 the scaler skips a step with inf/nan gradients), schedule."""
+        if self.spec.grad_clip_norm is not None:
+            self.scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.spec.grad_clip_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        self.telemetry.optimizer_step(samples)
+
+    def _epoch_totals(self, loss_sum: torch.Tensor, samples: int) -> tuple[float, int]:
+        """The epoch's global mean loss and samples: this run's over all ranks, and what the steps
+        before a preemption had summed."""
+        earlier_loss, earlier_samples = self.partial
+        self.step, self.partial = 0, (0.0, 0)
+        total_loss, total_samples = all_reduce_sum([loss_sum.item(), samples], self.rank.device)
+        total_loss, total_samples = total_loss + earlier_loss, total_samples + earlier_samples
         return total_loss / max(total_samples, 1), int(total_samples)
+
+    def _start_epoch(self, epoch: int) -> int:
+        """Set the epoch's shuffle and make its loader iterator (`_epoch_batches`), starting after
+        the micro-batches a preemption's checkpoint had done (their number is returned). The
+        iterator draws its loader workers' seed from the torch RNG: a resumed epoch makes it from
+        the RNG state its first start had, then takes up the RNG where the checkpoint left it."""
+        self.train_sampler.set_epoch(epoch)  # a different shuffle each epoch, the same on every rank
+        skipped = self.step * self.spec.accumulation_steps
+        self.train_sampler.skip = skipped * self.train_loader.batch_size
+        self.telemetry.start_epoch(epoch)
+        self.telemetry.step = self.step  # progress counts the steps done before the preemption too
+        resumed_rng = torch.get_rng_state() if skipped else None
+        if skipped and self.epoch_rng is not None:
+            torch.set_rng_state(self.epoch_rng)
+        self.epoch_rng = torch.get_rng_state()
+        self._epoch_batches = iter(self.train_loader)
+        if resumed_rng is not None:
+            torch.set_rng_state(resumed_rng)
+        self.train_sampler.skip = 0
+        return skipped
+
+    def _checkpoint_inside(self, epoch: int, step: int, loss_sum: torch.Tensor, samples: int) -> None:
+        """Every rank stops after optimizer step `step` of `epoch`; rank 0 checkpoints it, with the
+        epoch's sums so far over all ranks (its metrics then count every sample once)."""
+        total_loss, total_samples = all_reduce_sum([loss_sum.item(), samples], self.rank.device)
+        earlier_loss, earlier_samples = self.partial
+        self.step, self.partial = step, (total_loss + earlier_loss, int(total_samples + earlier_samples))
+        if self.rank.is_main:
+            self.checkpointer.save(self.epoch, self.state_dict(), is_best=False, step=step)
 
     def _fail_if_diverged(self, epoch: int, bad_step: int, n_batches: int) -> None:
         """fp32 and bf16: a non-finite loss fails the job. fp16: the scaler skips such steps."""
@@ -196,7 +279,13 @@ class Trainer:
             "rng": {
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state(self.rank.device) if self.rank.device.type == "cuda" else None,
+                "python": random.getstate(),
+                "numpy": torch.from_numpy(np.random.get_state()[1].astype(np.int64)),
+                "numpy_position": int(np.random.get_state()[2]),
+                "epoch_start": self.epoch_rng if self.step else None,
             },
+            "step": self.step,
+            "partial": list(self.partial),
             "spec": self.spec.model_dump(mode="json"),
         }
 
@@ -210,9 +299,16 @@ class Trainer:
         self.best_val_loss = state["best_val_loss"]
         self.epochs_without_improvement = state["epochs_without_improvement"]
         self.checkpointer.load_state_dict(state)
-        torch.set_rng_state(state["rng"]["torch"])
-        if state["rng"].get("cuda") is not None and self.rank.device.type == "cuda":
-            torch.cuda.set_rng_state(state["rng"]["cuda"], self.rank.device)
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"])
+        if rng.get("cuda") is not None and self.rank.device.type == "cuda":
+            torch.cuda.set_rng_state(rng["cuda"], self.rank.device)
+        if rng.get("python") is not None:  # checkpoints before preemption have none
+            random.setstate(_as_tuples(rng["python"]))
+            np.random.set_state(("MT19937", rng["numpy"].numpy().astype(np.uint32), rng["numpy_position"], 0, 0.0))
+        self.step = state.get("step", 0)
+        self.partial = tuple(state.get("partial", (0.0, 0)))  # type: ignore[assignment]
+        self.epoch_rng = rng.get("epoch_start")
 
     # ---- small rules ---------------------------------------------------------------------------
 
