@@ -111,6 +111,21 @@ class JobRunner:
         finally:
             # The watch has ended the launcher's process group by now, whatever happened to it.
             self.pool.release(lease)
+            self._wake_next()
+
+    def _wake_next(self) -> None:
+        """Devices came free here: a message for the job the rule now places here, so it does not
+        wait for its own message's next turn (a duplicate claims nothing)."""
+        try:
+            with transaction(self.sessions) as session:
+                free = self.pool.size - self.pool.busy
+                then = worker_gateway.next_start(
+                    session, self.hostname, self.pool.kind, self._fleet(), self.rules(), free
+                )
+            if then is not None:
+                self.send_again(then.id)
+        except Exception:  # a wake-up only: its message comes round anyway
+            log.exception("could not look for the next job to start here")
 
     def rules(self) -> Rules:
         settings = self.settings
@@ -266,7 +281,11 @@ class JobRunner:
             supervision.on_exit(launcher, woken.set)
             cancelled = StateChange(state="cancelled", stop_reason="cancelled")
             outcome = self.watch.watch(
-                request, launcher, woken, lambda: self._report(request.job_id, request.attempt, cancelled)
+                request,
+                launcher,
+                woken,
+                lambda: self._report(request.job_id, request.attempt, cancelled),
+                preempted=self.launchers.replenish,  # the job it makes room for will want a warm launcher
             )
         if outcome.how == "exited" and launcher.returncode != 0:
             # The launcher reports the final state itself; it exits non-zero only when it could not.

@@ -60,11 +60,13 @@ class JobWatch:
         launcher: subprocess.Popen[bytes],
         woken: threading.Event,
         report_cancelled: Callable[[], None],
+        preempted: Callable[[], None] = lambda: None,
     ) -> WatchOutcome:
         """Keep the lease and follow the job until its launcher is over; the launcher's process
-        group never outlives this call, whatever is raised."""
+        group never outlives this call, whatever is raised. `preempted` is called once the job
+        is asked to stop for another (the worker warms a launcher for it meanwhile)."""
         try:
-            return self._follow(request, launcher, woken, report_cancelled)
+            return self._follow(request, launcher, woken, report_cancelled, preempted)
         finally:
             if launcher.poll() is None:
                 supervision.end_process_group(launcher)
@@ -75,6 +77,7 @@ class JobWatch:
         launcher: subprocess.Popen[bytes],
         woken: threading.Event,
         report_cancelled: Callable[[], None],
+        preempted: Callable[[], None],
     ) -> WatchOutcome:
         renewed_at = time.monotonic()  # the claim took the lease
         next_renewal = renewed_at + self.lease_seconds / 3
@@ -101,6 +104,7 @@ class JobWatch:
                 return WatchOutcome("lost")
             if lease.state == "preempting" and not asked_to_stop:
                 asked_to_stop = _stop_for_preemption(request, launcher)
+                preempted()
             if lease.state == "cancelling":
                 supervision.end_process_group(launcher)
                 if request.node_rank == 0:  # one report for the whole job

@@ -103,18 +103,12 @@ def launch(
         return StateChange(
             state="failed", stop_reason="error", error=f"node {request.node_rank} ({request.hostname}): {error}"
         )
-    context = mp.start_processes(
-        run_rank,
-        args=(ranks, rendezvous.address),
-        nprocs=request.ranks_here,
-        join=False,
-        start_method="forkserver",
-    )
-    # A sandboxed fork server names its ranks by their pids in its own namespace.
-    use_host_pids(context.processes, multiprocessing.forkserver._forkserver._forkserver_pid)  # type: ignore[attr-defined]
+    context = _start_ranks(ranks, rendezvous)
     parent = ParentWatch(parent_pid)
     try:
-        outcome = _watch_ranks(ranks, context, parent, disk_bytes, stop or StopRelay())
+        stop = stop or StopRelay()
+        stop.ranks_started(context.processes)
+        outcome = _watch_ranks(ranks, context, parent, disk_bytes, stop)
     finally:
         parent.close()
         _end_ranks(context)
@@ -123,6 +117,15 @@ def launch(
     return _success(ranks) or StateChange(
         state="failed", stop_reason="error", error="all ranks exited but rank 0 wrote no result"
     )
+
+
+def _start_ranks(ranks: RunRequest, rendezvous: Rendezvous):
+    context = mp.start_processes(
+        run_rank, args=(ranks, rendezvous.address), nprocs=ranks.ranks_here, join=False, start_method="forkserver"
+    )
+    # A sandboxed fork server names its ranks by their pids in its own namespace.
+    use_host_pids(context.processes, multiprocessing.forkserver._forkserver._forkserver_pid)  # type: ignore[attr-defined]
+    return context
 
 
 def _watch_ranks(
@@ -143,7 +146,7 @@ def _watch_ranks(
             if folder_bytes(request.rank_path) > disk_bytes:
                 return StateChange(state="failed", stop_reason="error", error=_past_disk_bound(disk_bytes))
         if stop.asked:  # a preemption: asked again until they stop
-            stop.forward(context.processes)
+            stop.forward()
             timeouts.append(RESEND_SECONDS)
         multiprocessing.connection.wait([*context.sentinels, *parent.fds], timeout=min(timeouts, default=None))
         try:

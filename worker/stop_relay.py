@@ -17,20 +17,26 @@ RESEND_SECONDS = 1.0
 class StopRelay:
     def __init__(self) -> None:
         self.asked = False
+        self.ranks: Sequence = ()  # the attempt's rank processes (by host pid), once started
 
     def install(self) -> StopRelay:
         """From now on, the worker's stop signal is noted here (it would end the launcher else)."""
         signal.signal(STOP_SIGNAL, self._on_signal)
         return self
 
+    def ranks_started(self, ranks: Sequence) -> None:
+        self.ranks = ranks
+        self.forward()  # asked before they started
+
     def _on_signal(self, _signum: int, _frame: object) -> None:
         self.asked = True
+        self.forward()  # at once: the launcher's own wait would only wake at its next timeout
 
-    def forward(self, ranks: Sequence) -> None:
-        """Ask every rank still running (`ranks`: their processes, by host pid) to stop."""
+    def forward(self) -> None:
+        """Ask every rank still running to stop."""
         if not self.asked:
             return
-        for process in ranks:
+        for process in self.ranks:
             try:
                 if process.exitcode is None:
                     os.kill(process.pid, STOP_SIGNAL)
