@@ -33,6 +33,17 @@ AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 PREEMPTED = "preempted"  # fit's answer when the ranks stopped for a preemption (not a job's stop reason)
 
 
+def _numpy_state() -> dict[str, Any]:
+    """numpy's legacy global RNG state ("MT19937", keys, position, has_gauss, cached_gaussian) as
+    a checkpoint holds it: tensors and plain numbers, which weights_only loading accepts."""
+    _name, keys, position, has_gauss, gauss = np.random.get_state(legacy=True)
+    return {
+        "numpy": torch.from_numpy(np.asarray(keys).astype(np.int64)),
+        "numpy_position": int(position),
+        "numpy_gauss": [int(has_gauss), float(gauss)],
+    }
+
+
 def _as_tuples(value: Any) -> Any:
     """random.setstate wants tuples where a checkpoint may hold lists."""
     return tuple(_as_tuples(item) for item in value) if isinstance(value, list | tuple) else value
@@ -229,7 +240,10 @@ class Trainer:
         earlier_loss, earlier_samples = self.partial
         self.step, self.partial = step, (total_loss + earlier_loss, int(total_samples + earlier_samples))
         if self.rank.is_main:
+            started = time.perf_counter()
             self.checkpointer.save(self.epoch, self.state_dict(), is_best=False, step=step)
+            seconds = time.perf_counter() - started
+            print(f"preempted: checkpointed step {step} of epoch {epoch} in {seconds:.3f} s", flush=True)
 
     def _fail_if_diverged(self, epoch: int, bad_step: int, n_batches: int) -> None:
         """fp32 and bf16: a non-finite loss fails the job. fp16: the scaler skips such steps."""
@@ -280,8 +294,7 @@ class Trainer:
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state(self.rank.device) if self.rank.device.type == "cuda" else None,
                 "python": random.getstate(),
-                "numpy": torch.from_numpy(np.random.get_state()[1].astype(np.int64)),
-                "numpy_position": int(np.random.get_state()[2]),
+                **_numpy_state(),
                 "epoch_start": self.epoch_rng if self.step else None,
             },
             "step": self.step,
@@ -305,9 +318,12 @@ class Trainer:
             torch.cuda.set_rng_state(rng["cuda"], self.rank.device)
         if rng.get("python") is not None:  # checkpoints before preemption have none
             random.setstate(_as_tuples(rng["python"]))
-            np.random.set_state(("MT19937", rng["numpy"].numpy().astype(np.uint32), rng["numpy_position"], 0, 0.0))
+            has_gauss, gauss = rng.get("numpy_gauss", (0, 0.0))
+            keys = rng["numpy"].numpy().astype(np.uint32)
+            np.random.set_state(("MT19937", keys, rng["numpy_position"], has_gauss, gauss))
         self.step = state.get("step", 0)
-        self.partial = tuple(state.get("partial", (0.0, 0)))  # type: ignore[assignment]
+        earlier_loss, earlier_samples = state.get("partial", (0.0, 0))
+        self.partial = (float(earlier_loss), int(earlier_samples))
         self.epoch_rng = rng.get("epoch_start")
 
     # ---- small rules ---------------------------------------------------------------------------
