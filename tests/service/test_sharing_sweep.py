@@ -9,13 +9,13 @@ from sqlalchemy import func, select
 from devstack import job_sessions, tiny_wavenet_spec
 from trainjobs.contract.spec import JobSpec
 from trainjobs.contract.workers import WorkerStatus
+from trainjobs.jobs import queue
 from trainjobs.jobs.db import transaction
+from trainjobs.jobs.sharing import Rules
 from trainjobs.jobs.tables import DispatchIntentRow, JobEventRow, JobRow
+from trainjobs.service import sharing
 from trainjobs.service.auth import Principal
 from trainjobs.service.jobs import submit
-from trainjobs.jobs import queue
-from trainjobs.jobs.sharing import Rules
-from trainjobs.service import sharing
 
 
 class NoBroker:

@@ -30,9 +30,13 @@ def decision(
 ) -> Decision:
     """The rule's decision for `device` now. `free_here`: (hostname, free devices) of the worker
     asking, which knows its own better than its last heartbeat says."""
-    hosts = [_host(worker, free_here) for worker in workers if worker.device == device]
     queued = [_queued(row) for row in jobs.queued_of(session, device)]
     running = [_running(row) for row in jobs.holding_devices(session, device)]
+    held: dict[str, int] = {}  # by worker, as SQL has it now (a heartbeat may be seconds old)
+    for job in running:
+        for hostname in job.hosts:
+            held[hostname] = held.get(hostname, 0) + job.needed
+    hosts = [_host(worker, held.get(worker.hostname, 0), free_here) for worker in workers if worker.device == device]
     return decide(device, hosts, running, queued, owner_settings(session), rules, explain=explain)
 
 
@@ -68,8 +72,10 @@ def _settings(row: OwnerRow) -> OwnerSettings:
     )
 
 
-def _host(worker: WorkerStatus, free_here: tuple[str, int] | None) -> Host:
-    free = worker.slots - worker.busy
+def _host(worker: WorkerStatus, held: int, free_here: tuple[str, int] | None) -> Host:
+    """A live worker's slots, less the devices SQL says its jobs hold (the asking worker's own
+    count where given: it also knows of leases it holds before a claim)."""
+    free = worker.slots - held
     if free_here is not None and free_here[0] == worker.hostname:
         free = free_here[1]
     return Host(worker.hostname, worker.slots, max(0, free), worker.sandbox)

@@ -81,13 +81,13 @@ class Placing:
             self._hand_over(job, victims)
             names = ", ".join(sorted(victim.id for victim in victims))
             return f"waiting for job {names} to checkpoint and stop (preempted for it)"
-        victims = self._victims(job) if self.rules.preemption else None
-        if victims:
-            self.taken.update(victim.id for victim in victims)
-            self.preemptions += [Preemption(victim.id, job.id) for victim in victims]
-            self._reserve(job, victims)
-            self._hand_over(job, victims)
-            return f"preempting job {', '.join(victim.id for victim in victims)} for it"
+        chosen = self._victims(job) if self.rules.preemption else None
+        if chosen:
+            self.taken.update(victim.id for victim in chosen)
+            self.preemptions += [Preemption(victim.id, job.id) for victim in chosen]
+            self._reserve(job, chosen)
+            self._hand_over(job, chosen)
+            return f"preempting job {', '.join(victim.id for victim in chosen)} for it"
         reason = self._why_no_victims(job)
         self._reserve(job)
         return reason
@@ -194,22 +194,27 @@ class Placing:
             self._victim_order = self._ordered_victims()
 
     def _ordered_victims(self) -> list[RunningJob]:
-        """The jobs that may still be preempted, in the order victims are taken."""
+        """The jobs that may still be preempted, in the order victims are taken: by their owner's
+        devices above its share (the furthest first), then priority, start (the latest first) and
+        id. The rest of the order never changes (`_old_enough` holds it), and Python's sort is
+        stable: sorting that list by the owners' excess alone gives the whole order."""
         share, holding = self.fleet.share, self.holding
         above = {owner: holding.get(owner, 0) - share.get(owner, 0.0) for owner in share}
         allowed = [
             victim for victim in self._old_enough if victim.preempting_for is None and victim.id not in self.taken
         ]
-        return sorted(allowed, key=lambda v: (-above[v.owner], v.priority, -v.started_at, v.id))
+        return sorted(allowed, key=lambda victim: -above[victim.owner])
 
     @cached_property
     def _old_enough(self) -> list[RunningJob]:
+        """The jobs that may ever be preempted here, lowest priority, latest start and id first."""
         rules = self.rules
-        return [
+        preemptible = [
             victim
             for victim in self.fleet.running
             if victim.preemptible and rules.now - victim.started_at >= rules.min_runtime_seconds
         ]
+        return sorted(preemptible, key=lambda victim: (victim.priority, -victim.started_at, victim.id))
 
     def settled(self, priority: int) -> bool:
         """Nothing more can start or be preempted for any job after one of `priority` in the
