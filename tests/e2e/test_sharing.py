@@ -42,8 +42,6 @@ def fill_then_share(stack, weights: tuple[float, float]) -> tuple[dict[str, int]
     time.sleep(5)  # ten sweeps more: nothing else moves
     found = split_and_preemptions(admin)
     for job in admin.get("/v1/jobs", params={"limit": 100}).json()["items"]:
-        print(job["id"], job["owner"], job["state"], job["attempt"], job["preemptions"], job["error"], job["waiting_reason"])
-    for job in admin.get("/v1/jobs", params={"limit": 100}).json()["items"]:
         admin.post(f"/v1/jobs/{job['id']}/cancel")
     return found
 
@@ -66,14 +64,16 @@ def test_with_preemption_off_and_a_cap_the_order_and_the_cap_still_hold(stack_on
     first = alice.post("/v1/jobs", json=LONG).json()["id"]
     capped = alice.post("/v1/jobs", json=LONG).json()["id"]
     wait_until(lambda: alice.get(f"/v1/jobs/{first}").json()["state"] == "running", 120, what="alice's first job")
-    reason = wait_until(lambda: alice.get(f"/v1/jobs/{capped}").json()["waiting_reason"], 30, what="a reason")
-    assert "max_devices" in reason  # a free slot, but alice is at her cap
+    capped_reason = lambda: "max_devices" in (alice.get(f"/v1/jobs/{capped}").json()["waiting_reason"] or "")  # noqa: E731
+    wait_until(capped_reason, 30, what="the cap as its reason")  # a free slot, but alice is at her cap
     urgent = admin.post("/v1/jobs", json={**LONG, "gpus": 2, "priority": 100}).json()["id"]
     bobs = bob.post("/v1/jobs", json=LONG).json()["id"]
-    wait_until(lambda: bob.get(f"/v1/jobs/{bobs}").json()["state"] == "running", 60, what="bob's job")
-    time.sleep(3)
-    assert admin.get(f"/v1/jobs/{first}").json()["preemptions"] == 0  # nobody is preempted
-    queue = admin.get("/v1/queue", params={"device": "cpu"}).json()["items"]
-    assert [item["job"] for item in queue] == [urgent, capped]  # higher priority first, then by age
+    time.sleep(3)  # six sweeps: with preemption on, alice's job would be preempted for the urgent one
+    assert admin.get(f"/v1/jobs/{first}").json()["preemptions"] == 0
+    queue = lambda: admin.get("/v1/queue", params={"device": "cpu"}).json()["items"]  # noqa: E731
+    wait_until(lambda: "higher priority" in (queue()[1]["reason"] or ""), 30, what="bob's job behind the urgent one")
+    assert [item["job"] for item in queue()] == [urgent, bobs, capped]  # priority, then use / weight, then age
+    admin.post(f"/v1/jobs/{first}/cancel")
+    wait_until(lambda: admin.get(f"/v1/jobs/{urgent}").json()["state"] == "running", 60, what="the urgent job")
     for job_id in (first, capped, urgent, bobs):
         admin.post(f"/v1/jobs/{job_id}/cancel")
