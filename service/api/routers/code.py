@@ -58,7 +58,8 @@ def _keep(request: Request, state: State, upload: code_uploads.Upload) -> tuple[
 
 def _too_large(limit: int) -> JSONResponse:
     detail = f"a code archive is at most {limit} bytes (TRAINJOBS_CODE_MAX_BYTES)"
-    return JSONResponse({"detail": detail}, status_code=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+    # 413 Content Too Large: Starlette renamed its constant, and both names warn in some version.
+    return JSONResponse({"detail": detail}, status_code=413)
 
 
 @router.get("/{code_id}", response_model=CodeArchive)
