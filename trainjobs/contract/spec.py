@@ -180,6 +180,7 @@ class JobSpec(StrictModel):
         try:
             self._resolve_catalog()
             self._check_device_rules()
+            self._check_effective_values()
         except SpecError as error:
             raise ValueError(str(error)) from None
         return self
@@ -219,6 +220,16 @@ class JobSpec(StrictModel):
             raise SpecError("nodes", "'dp' (nn.DataParallel) runs in one process on one host; use 'ddp' across nodes")
         if self.resume_from and self.init_from:
             raise SpecError("init_from", "give either resume_from or init_from, not both")
+
+    def _check_effective_values(self) -> None:
+        """What the fields make together must be finite too: each field alone may be (1e308), and
+        scaled by gpus x accumulation_steps the learning rate would not be."""
+        if not math.isfinite(self.effective_lr):
+            raise SpecError(
+                "optimizer.lr",
+                f"scaled by lr_scaling {self.lr_scaling!r} over {self.gpus * self.accumulation_steps} "
+                "(gpus x accumulation_steps) it is not a finite number",
+            )
 
     # ---- what the spec implies ----------------------------------------------------------------
 
