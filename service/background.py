@@ -17,7 +17,7 @@ import redis
 from sqlalchemy.orm import Session, sessionmaker
 
 from trainjobs.contract.workers import live_workers
-from trainjobs.service import dispatch, reaper, retention, sharing
+from trainjobs.service import dispatch, fleet, reaper, retention, sharing
 from trainjobs.service.collector import EventCollector
 from trainjobs.service.leadership import Leadership
 from trainjobs.settings import Settings
@@ -78,6 +78,10 @@ class BackgroundLoop:
         self._guarded("share", self._share_fleet)
         self._guarded("dispatch", lambda: dispatch.sweep(self.dispatcher, settings.outbox_grace_seconds))
         self._guarded("retention", self._apply_retention)
+        self._guarded(
+            "forget workers",
+            lambda: fleet.forget_long_lost(self.redis, settings.keys.workers, settings.forget_workers_after_seconds),
+        )
 
     def _apply_retention(self) -> None:
         days = self.settings.retention_days

@@ -4,8 +4,11 @@ PostgreSQL) and real Redis: a clear 4xx naming the field, never a 500, and nothi
 from __future__ import annotations
 
 import json
+import math
 import time
 
+import hypothesis
+import hypothesis.strategies as st
 import pytest
 import redis
 from fastapi.testclient import TestClient
@@ -13,6 +16,7 @@ from fastapi.testclient import TestClient
 from devstack import new_token, tiny_wavenet_spec
 from tests.service.test_jobs_api import count_jobs
 from trainjobs.contract.workers import WorkerStatus
+from trainjobs.service import fleet
 from trainjobs.service.api.app import create_app
 
 
@@ -124,3 +128,65 @@ def test_workers_show_each_caller_only_their_own_job_ids_and_skip_a_malformed_he
     assert jobs_seen(alice) == [[alice_job]]
     assert jobs_seen(bob) == [[bob_job]]
     assert jobs_seen(admin) == [[alice_job, bob_job]]
+
+
+def test_a_heartbeat_from_the_far_future_is_skipped_and_the_fleet_still_lists(api, alice, settings):
+    """last_seen 1e18 once made every GET /v1/workers a 500 (no datetime holds it)."""
+    heartbeat(settings, "host-1", [])
+    client = redis.Redis.from_url(settings.redis_url)
+    far = WorkerStatus(hostname="host-far", device="cpu", slots=1, busy=0, jobs=[], last_seen=0).model_dump()
+    client.hset(settings.keys.workers, "host-far", json.dumps({**far, "last_seen": 1e18}))
+    response = api.get("/v1/workers", headers=alice)
+    assert response.status_code == 200, response.text
+    assert [worker["hostname"] for worker in response.json()["items"]] == ["host-1"]
+
+
+def test_workers_silent_past_the_forget_time_are_dropped_and_a_returning_one_is_kept(settings):
+    client = redis.Redis.from_url(settings.redis_url)
+    now = time.time()
+    for hostname, silent in (("retired", 2 * 86400), ("lost-an-hour", 3600), ("alive", 0)):
+        status = WorkerStatus(hostname=hostname, device="cpu", slots=1, busy=0, jobs=[], last_seen=now - silent)
+        client.hset(settings.keys.workers, hostname, status.model_dump_json())
+    assert fleet.forget_long_lost(client, settings.keys.workers, 86400) == 1
+    assert sorted(name.decode() for name in client.hkeys(settings.keys.workers)) == ["alive", "lost-an-hour"]
+
+
+@hypothesis.settings(
+    max_examples=60, deadline=None, suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture]
+)
+@hypothesis.given(
+    lr=st.floats(min_value=1e-300, max_value=1.7e308),
+    gpus=st.integers(1, 64),
+    accumulation_steps=st.integers(1, 1024),
+    batch_size=st.integers(1, 2**20),
+    lr_scaling=st.sampled_from(["linear", "sqrt", "none"]),
+    epochs=st.integers(1, 10_000),
+)
+def test_fields_fine_alone_but_not_together_are_a_422_never_a_500(
+    api, alice, lr, gpus, accumulation_steps, batch_size, lr_scaling, epochs
+):
+    """Fuzzed as combinations, not one field at a time: lr 1e308 is a finite number; scaled by
+    gpus x accumulation_steps it may not be, and then the answer is a 422 naming optimizer.lr."""
+    spec = tiny_wavenet_spec(
+        optimizer={"name": "sgd", "lr": lr},
+        gpus=gpus,
+        accumulation_steps=accumulation_steps,
+        batch_size=batch_size,
+        lr_scaling=lr_scaling,
+        epochs=epochs,
+    )
+    answer = api.post("/v1/jobs", json=spec, headers=alice)
+    assert answer.status_code in (201, 422), answer.text
+    k = gpus * accumulation_steps
+    overflows = not math.isfinite(lr * {"linear": k, "sqrt": math.sqrt(k), "none": 1}[lr_scaling])
+    if answer.status_code == 201:
+        assert not overflows and math.isfinite(answer.json()["effective"]["lr"])
+        api.post(f"/v1/jobs/{answer.json()['id']}/cancel", headers=alice)
+    elif overflows:
+        assert "optimizer.lr" in answer.text, answer.text
+
+
+def test_an_effective_lr_past_a_float_is_a_422_naming_optimizer_lr(api, alice):
+    spec = tiny_wavenet_spec(optimizer={"name": "sgd", "lr": 1e308}, gpus=2, accumulation_steps=2, lr_scaling="linear")
+    answer = api.post("/v1/jobs", json=spec, headers=alice)
+    assert answer.status_code == 422 and "optimizer.lr" in answer.text, answer.text

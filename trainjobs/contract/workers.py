@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field
 log = logging.getLogger(__name__)
 
 
+LATEST_TIMESTAMP = 253_402_300_799.0  # 9999-12-31T23:59:59Z, the last a datetime can hold
+
+
 class WorkerStatus(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
 
@@ -21,7 +24,7 @@ class WorkerStatus(BaseModel):
     slots: int = Field(ge=1, le=4096)  # devices (or cpu slots) it owns
     busy: int = Field(ge=0, le=4096)  # of those, leased to running jobs
     jobs: list[str] = Field(max_length=4096)
-    last_seen: float  # unix time of the last heartbeat
+    last_seen: float = Field(ge=0.0, le=LATEST_TIMESTAMP)  # unix time of the last heartbeat
     sandbox: bool = False  # it can run a job's own code (its sandbox tool is there)
 
     def is_lost(self, now: float, lost_after_seconds: float) -> bool:
