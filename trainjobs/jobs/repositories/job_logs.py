@@ -11,6 +11,7 @@ from trainjobs.contract.events import LogLines
 from trainjobs.jobs.repositories.idempotent_writes import insert_ignore
 from trainjobs.jobs.tables import JobLogLineRow
 
+NUL_SHOWN_AS = "\N{SYMBOL FOR NULL}"  # ␀
 CAP_NOTICE = "[trainjobs] this job's log reached {cap} lines; later lines stay on the worker (rank*.log)"
 
 
@@ -24,6 +25,8 @@ def append(session: Session, job_id: str, attempt: int, batch: LogLines, cap: in
     for offset, text in enumerate(batch.lines):
         if stored + kept >= cap:
             text = CAP_NOTICE.format(cap=cap)  # the cap's one notice: line cap + 1
+        # PostgreSQL's text holds no NUL: one such byte in a rank's output lost the whole batch.
+        text = text.replace("\x00", NUL_SHOWN_AS)
         row = {
             "job_id": job_id,
             "attempt": attempt,
