@@ -1,5 +1,6 @@
 """The retention sweep (`TRAINJOBS_RETENTION_DAYS`, off by default): ended jobs that finished
-longer ago than that are deleted as `DELETE /v1/jobs/{id}` deletes them, a batch per pass. A job
+longer ago than that are deleted as `DELETE /v1/jobs/{id}` deletes them, a batch per pass, a
+transaction per job. A job
 that a queued job will start from is kept until that one has started."""
 
 from __future__ import annotations
@@ -24,17 +25,21 @@ BATCH = 100
 def delete_expired(
     sessions: sessionmaker[Session], store: CheckpointStore, retention_days: float, limit: int = BATCH
 ) -> int:
-    """Delete up to `limit` expired jobs; returns how many. Rows in one transaction, then files."""
+    """Delete up to `limit` expired jobs; returns how many. Each job's rows in a transaction of
+    their own (on SQLite a big job's rows take about 150 ms to delete, and the write lock is held
+    for that long: a hundred in one transaction held it for seconds), then its files."""
     cutoff = utcnow() - timedelta(days=retention_days)
-    deleted: list[str] = []
     with transaction(sessions) as session:
-        for job in jobs.ended_before(session, cutoff, limit):
-            if job_rules.queued_starting_from(session, job):
-                continue
-            deleted.append(job.id)
+        expired = [job.id for job in jobs.ended_before(session, cutoff, limit)]
+    deleted = 0
+    for job_id in expired:
+        with transaction(sessions) as session:
+            job = jobs.get(session, job_id)
+            if job is None or job_rules.queued_starting_from(session, job):
+                continue  # deleted meanwhile, or a queued job will start from it
             lifecycle.delete(session, job)
-    for job_id in deleted:
         job_rules.remove_files(store, job_id)
+        deleted += 1
     if deleted:
-        log.info("retention: deleted %d job(s) that ended over %s days ago", len(deleted), retention_days)
-    return len(deleted)
+        log.info("retention: deleted %d job(s) that ended over %s days ago", deleted, retention_days)
+    return deleted

@@ -172,3 +172,27 @@ def test_the_retention_sweep_deletes_jobs_that_ended_longer_ago_than_the_setting
     assert rows_of(sessions, old)["jobs"] == 0 and not (store_root / old).exists()
     assert api.get(f"/v1/jobs/{still_queued}", headers=alice).json()["state"] == "queued"  # never a live job
     assert retention.delete_expired(sessions, store, 30) == 0
+
+
+def test_the_retention_sweep_deletes_each_job_in_a_transaction_of_its_own(api, alice, sessions, settings):
+    """One transaction for a batch of a hundred big jobs held SQLite's write lock for seconds."""
+    from sqlalchemy import event
+
+    from trainjobs.service import retention
+    from trainjobs.store import CheckpointStore
+
+    for _ in range(3):
+        job_id = api.post("/v1/jobs", json=tiny_wavenet_spec(), headers=alice).json()["id"]
+        api.post(f"/v1/jobs/{job_id}/cancel", headers=alice)
+    time.sleep(1.2)
+    commits: list[object] = []
+
+    def note_commit(session):
+        commits.append(session)
+
+    event.listen(sessions, "after_commit", note_commit)
+    try:
+        assert retention.delete_expired(sessions, CheckpointStore(settings.checkpoint_store), 1 / 86400) == 3
+    finally:
+        event.remove(sessions, "after_commit", note_commit)
+    assert len(commits) == 1 + 3  # the listing, then one per job
