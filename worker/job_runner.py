@@ -270,6 +270,7 @@ class JobRunner:
             process_group_timeout_seconds=self.settings.process_group_timeout_seconds,
             threads_per_rank=core_share(self.pool.size),
             progress_interval_seconds=self.settings.progress_seconds,
+            log_lines_cap=self.settings.log_lines_per_job,
             code_dir=str(code.archive) if code else None,
             packages_dir=str(code.packages) if code and code.packages else None,
         )

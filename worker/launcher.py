@@ -318,7 +318,7 @@ def run_attempt(
     ranks = files.for_ranks()
     relay = ReportRelay(files.channel, files.rank_dir, reporter.send, store, request.job_id, request.attempt,
                         files.owner_uid).start()  # fmt: skip
-    shipper = LogShipper(files.rank_dir, reporter.send).start()
+    shipper = LogShipper(files.rank_dir, reporter.send, cap_lines=request.log_lines_cap).start()
     try:
         outcome = launch(request, parent_pid, client, ranks, disk_bytes, stop)
     finally:

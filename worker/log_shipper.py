@@ -69,10 +69,21 @@ def _clip(line: str) -> str:
 
 
 class LogShipper:
-    def __init__(self, run_path: Path, send: Callable[[BaseModel], None], every_seconds: float = SHIP_EVERY_SECONDS):
+    def __init__(
+        self,
+        run_path: Path,
+        send: Callable[[BaseModel], None],
+        every_seconds: float = SHIP_EVERY_SECONDS,
+        cap_lines: int | None = None,
+    ):
         self.run_path = run_path
         self.send = send
         self.every_seconds = every_seconds
+        # The service keeps at most this many lines a job (TRAINJOBS_LOG_LINES_PER_JOB): past it
+        # nothing more is sent (the lines stay in the rank files), instead of sending what the
+        # collector would only drop.
+        self.cap_lines = cap_lines
+        self.sent_lines = 0
         self.logs: dict[int, RankLog] = {}
         self._stop = threading.Event()
         self._changes: DirectoryChanges | None = None
@@ -95,6 +106,8 @@ class LogShipper:
         self.ship(final=True)
 
     def ship(self, final: bool = False) -> None:
+        if self.cap_lines is not None and self.sent_lines > self.cap_lines:
+            return
         for path in sorted(self.run_path.glob("rank*.log")):
             match = RANK_LOG.match(path.name)
             if match is None:
@@ -106,6 +119,7 @@ class LogShipper:
                 batch = lines[start : start + MAX_LOG_LINES_PER_EVENT]
                 self.send(LogLines(rank=rank, first_line=rank_log.next_line, lines=batch))
                 rank_log.next_line += len(batch)
+                self.sent_lines += len(batch)
 
     def _run(self) -> None:
         while not self._stop.wait(self.every_seconds):

@@ -38,6 +38,20 @@ def test_a_burst_of_output_goes_out_in_bounded_batches(tmp_path):
     assert sent[-1].lines[-1] == "line 1233"
 
 
+def test_past_the_service_s_cap_nothing_more_is_sent(tmp_path):
+    """The collector keeps at most the cap; lines past it were sent only to be dropped."""
+    sent: list[LogLines] = []
+    rank_log = tmp_path / "rank0.log"
+    rank_log.write_text("".join(f"line {n}\n" for n in range(700)))
+    shipper = LogShipper(tmp_path, sent.append, cap_lines=600)
+    shipper.ship()
+    with rank_log.open("a") as more:
+        more.write("".join(f"line {n}\n" for n in range(700, 5000)))
+    shipper.ship()
+    shipper.ship(final=True)
+    assert sum(len(batch.lines) for batch in sent) == 700  # the cap passed: the rest stays in the file
+
+
 class CountingShipper(LogShipper):
     """A shipper that counts its looks at the files."""
 

@@ -42,6 +42,7 @@ class RunRequest(BaseModel):
     # has the host to itself): the cores over this job's ranks.
     threads_per_rank: int | None = None
     progress_interval_seconds: float = 10.0  # rank 0 reports progress inside an epoch this often
+    log_lines_cap: int | None = None  # the launcher ships at most about this many lines (None: all)
     # A job's own code: its unpacked archive (first on the ranks' import path) and the packages its
     # requirements.txt installed (next), as the worker's cache holds them, or as the ranks see them.
     code_dir: str | None = None
