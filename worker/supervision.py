@@ -118,7 +118,14 @@ class LauncherPool:
                 stdout=launcher_log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env=launcher_environment(),
             )
+
+
+def launcher_environment() -> dict[str, str]:
+    """The worker's environment without its own settings: a launcher is given all it needs in its
+    request, and its ranks (unsandboxed, they inherit it) must not find the database URL."""
+    return {name: value for name, value in os.environ.items() if not name.startswith("TRAINJOBS_")}
 
 
 def has_exited(launcher: subprocess.Popen[bytes], within_seconds: float) -> bool:

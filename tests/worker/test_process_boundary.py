@@ -34,3 +34,15 @@ def test_the_worker_s_entry_points_load_no_module_of_the_api_host():
 def test_the_check_sees_an_api_host_module_when_one_is_loaded():
     # The search above must be able to fail.
     assert "trainjobs.service.collector" in loaded_modules("trainjobs.service.collector")
+
+
+def test_a_launcher_and_its_unsandboxed_ranks_do_not_inherit_the_worker_s_settings(monkeypatch):
+    """The database URL was in every rank's environment where no sandbox built it anew."""
+    from trainjobs.worker.supervision import launcher_environment
+
+    monkeypatch.setenv("TRAINJOBS_DATABASE_URL", "postgresql+psycopg://worker:secret@db/trainjobs")
+    monkeypatch.setenv("TRAINJOBS_REDIS_URL", "redis://:secret@redis:6379/0")
+    monkeypatch.setenv("PATH", "/usr/bin")
+    environment = launcher_environment()
+    assert not [name for name in environment if name.startswith("TRAINJOBS_")]
+    assert environment["PATH"] == "/usr/bin"
