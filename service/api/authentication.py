@@ -21,6 +21,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from trainjobs.service.auth import Principal, authenticate, hash_token
 
 PROTECTED_PREFIX = "/v1/"
+# Answered without a token (Prometheus scrapers expect it); a valid token is still noted, and an
+# admin's shows the series labelled by job and owner.
+OPTIONALLY_AUTHENTICATED = ("/metrics",)
 CACHED_TOKENS_MAX = 10_000  # past this many, the cache starts over (a bound, not a working size)
 
 
@@ -33,10 +36,11 @@ class AuthenticationMiddleware:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith(PROTECTED_PREFIX):
+            if scope["type"] == "http" and scope["path"] in OPTIONALLY_AUTHENTICATED:
+                await self._note_caller(scope)
             await self.app(scope, receive, send)
             return
-        headers = dict(scope.get("headers") or [])
-        scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        scheme, token = _bearer(scope)
         if scheme.lower() != "bearer" or not token.strip():
             await _unauthorized(send, "missing bearer token")
             return
@@ -46,6 +50,12 @@ class AuthenticationMiddleware:
             return
         scope.setdefault("state", {})["caller"] = caller
         await self.app(scope, receive, send)
+
+    async def _note_caller(self, scope: Scope) -> None:
+        scheme, token = _bearer(scope)
+        caller = await self._caller(token.strip()) if scheme.lower() == "bearer" and token.strip() else None
+        if caller is not None:
+            scope.setdefault("state", {})["caller"] = caller
 
     async def _caller(self, token: str) -> Principal | None:
         digest = hash_token(token)
@@ -63,6 +73,12 @@ class AuthenticationMiddleware:
     def _authenticate(self, digest: str) -> Principal | None:
         with self.sessions() as session:
             return authenticate(session, digest)
+
+
+def _bearer(scope: Scope) -> tuple[str, str]:
+    headers = dict(scope.get("headers") or [])
+    scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+    return scheme, token
 
 
 async def _unauthorized(send: Send, detail: str) -> None:

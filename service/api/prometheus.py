@@ -1,5 +1,9 @@
 """GET /metrics: Prometheus text. Gauges are read from SQL and Redis at scrape time; request
-latency is a histogram observed by a middleware, labelled by route template (not raw path)."""
+latency is a histogram observed by a middleware, labelled by route template (not raw path).
+
+Without a token it holds counts only, no job ids or owner names (docs/design.md); the series
+labelled by job or owner are added for a scraper holding an admin's token (Prometheus's
+`authorization: {credentials: ...}`)."""
 
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ router = APIRouter(tags=["health"])
 class ApiMetrics:
     def __init__(self):
         self.registry = CollectorRegistry()
+        self.detailed = CollectorRegistry()  # the series labelled by job or owner: admins only
         self.jobs = Gauge("trainjobs_jobs", "jobs by state", ["state"], registry=self.registry)
         self.queue_depth = Gauge(
             "trainjobs_queue_depth", "run messages waiting in the broker", ["device"], registry=self.registry
@@ -36,7 +41,7 @@ class ApiMetrics:
         )
         # One series per running job, dropped when it ends (each scrape sets only the running ones).
         self.per_job = {
-            name: Gauge(f"trainjobs_job_{name}", help_, ["job"], registry=self.registry)
+            name: Gauge(f"trainjobs_job_{name}", help_, ["job"], registry=self.detailed)
             for name, help_ in (
                 ("samples_per_second", "a running job's samples/s (its latest progress, else its last epoch)"),
                 ("data_wait_fraction", "a running job's share of training time waiting for data, last epoch"),
@@ -56,7 +61,7 @@ class ApiMetrics:
     def _sharing_gauges(self) -> None:
         self.devices_in_use = Gauge(
             "trainjobs_devices_in_use", "devices held by jobs, per owner and device type", ["owner", "device"],
-            registry=self.registry,
+            registry=self.detailed,
         )  # fmt: skip
         self.preemptions = Gauge(
             "trainjobs_preemptions", "preemptions of the jobs SQL holds (they only rise while jobs are kept)",
@@ -140,4 +145,8 @@ class LatencyMiddleware:
 async def prometheus_metrics(request: Request, state: State) -> Response:
     metrics: ApiMetrics = request.app.state.api_metrics
     await run_in_threadpool(metrics.refresh, state)
-    return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    caller = getattr(request.state, "caller", None)
+    text = generate_latest(metrics.registry)
+    if caller is not None and caller.is_admin:
+        text += generate_latest(metrics.detailed)
+    return Response(text, media_type=CONTENT_TYPE_LATEST)

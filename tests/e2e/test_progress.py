@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import httpx
 import pytest
 
 from devstack import tiny_wavenet_spec, wait_for_terminal, wait_until
@@ -35,7 +36,10 @@ def test_a_long_epoch_shows_progress_and_each_epoch_its_wait_memory_and_gpu_figu
     assert progress["samples_per_second"] > 0 and progress["eta_seconds"] > 0
 
     wait_until(lambda: client.get(f"/v1/jobs/{job_id}").json()["epoch"] >= 1, 120, what="the first epoch")
-    series = per_job_series(client, job_id)
+    anonymous = httpx.get(f"{stack.url}/metrics").text
+    assert job_id not in anonymous and 'owner="' not in anonymous  # counts only without a token
+    assert per_job_series(client, job_id) == []  # nor for a token that is not an admin's
+    series = per_job_series(stack.client(stack.token("root", admin=True)), job_id)
     assert any(line.startswith("trainjobs_job_samples_per_second") for line in series), series
     assert any(line.startswith("trainjobs_job_peak_memory_bytes") for line in series), series
 
@@ -51,7 +55,7 @@ def test_a_long_epoch_shows_progress_and_each_epoch_its_wait_memory_and_gpu_figu
             elif line.startswith("data: ") and kinds[-1] == "progress":
                 assert set(json.loads(line[6:])) >= {"epoch", "step", "steps", "samples_per_second", "eta_seconds"}
     assert kinds.count("progress") >= 4  # inside each epoch, and at each epoch's end
-    assert per_job_series(client, job_id) == []  # dropped once the job ended
+    assert per_job_series(stack.client(stack.token("root", admin=True)), job_id) == []  # dropped once it ended
 
 
 def test_a_slow_loader_s_data_wait_shows_through_the_service_and_loader_workers_lower_it(
