@@ -20,8 +20,11 @@ class StopRelay:
         self.ranks: Sequence = ()  # the attempt's rank processes (by host pid), once started
 
     def install(self) -> StopRelay:
-        """From now on, the worker's stop signal is noted here (it would end the launcher else)."""
+        """From now on, the worker's stop signal is noted here (it would end the launcher else).
+        The worker starts a launcher with the signal blocked; one sent before now is delivered
+        as it is unblocked."""
         signal.signal(STOP_SIGNAL, self._on_signal)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {STOP_SIGNAL})
         return self
 
     def ranks_started(self, ranks: Sequence) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from trainjobs.contract.run import RunRequest
 
 log = logging.getLogger(__name__)
+STOP_SIGNAL = signal.SIGUSR1  # worker -> launcher -> ranks: checkpoint at the next step and stop (a preemption)
 
 TERMINATE_GRACE_SECONDS = 5.0
 HANDOVER_TRIES = 3  # a launcher that dies as it is handed a job is replaced, but not without end
@@ -111,15 +112,22 @@ class LauncherPool:
     def _start(self, host_network: bool = False) -> subprocess.Popen[bytes]:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         sandbox = self.sandbox.arguments(host_network) if self.sandbox else []
-        with open(self.log_path, "ab") as launcher_log:
-            return subprocess.Popen(
-                [sys.executable, "-m", "trainjobs.worker.launcher", "--parent", str(os.getpid()), *sandbox],
-                stdin=subprocess.PIPE,
-                stdout=launcher_log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=launcher_environment(),
-            )
+        # The stop signal is blocked in the launcher from its start (a child inherits the forking
+        # thread's mask) until its handler is in place: a preemption that comes while it still
+        # imports waits for it instead of ending it (the signal's default action).
+        unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {STOP_SIGNAL})
+        try:
+            with open(self.log_path, "ab") as launcher_log:
+                return subprocess.Popen(
+                    [sys.executable, "-m", "trainjobs.worker.launcher", "--parent", str(os.getpid()), *sandbox],
+                    stdin=subprocess.PIPE,
+                    stdout=launcher_log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    env=launcher_environment(),
+                )
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
 
 
 def launcher_environment() -> dict[str, str]:
@@ -150,9 +158,6 @@ def wait_or_end(launcher: subprocess.Popen[bytes], seconds: float = TERMINATE_GR
     """Let a launcher that is finishing exit by itself; end its group if it does not in time."""
     if not has_exited(launcher, seconds):
         end_process_group(launcher)
-
-
-STOP_SIGNAL = signal.SIGUSR1  # worker -> launcher -> ranks: checkpoint at the next step and stop (a preemption)
 
 
 def ask_to_stop(launcher: subprocess.Popen[bytes]) -> None:

@@ -6,6 +6,7 @@ import multiprocessing.connection
 import os
 import subprocess
 import sys
+import time
 
 from tests.worker.local_training import mlp_spec
 from trainjobs.contract.run import RunRequest
@@ -70,3 +71,20 @@ def test_the_launcher_s_watch_on_its_worker_wakes_when_the_worker_exits_and_not_
         worker.kill()
         worker.wait()
     assert ParentWatch(None).fds == [] and not ParentWatch(None).gone()
+
+
+def test_a_stop_signal_sent_while_a_launcher_still_imports_waits_for_its_handler(tmp_path):
+    """A preemption that came while a fresh launcher was importing ended it (SIGUSR1's default
+    action): the job failed with "launcher exited with code -10"."""
+    from trainjobs.worker.supervision import LauncherPool, ask_to_stop
+
+    pool = LauncherPool(tmp_path / "launchers.log", ready=1)
+    pool.replenish()
+    launcher = pool._waiting[0]
+    ask_to_stop(launcher)  # at once: it has not imported torch yet
+    time.sleep(8)  # past its imports and its handler
+    try:
+        assert launcher.poll() is None, (tmp_path / "launchers.log").read_text()
+    finally:
+        launcher.kill()
+        launcher.wait()
