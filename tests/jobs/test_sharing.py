@@ -330,3 +330,19 @@ class Simulation:
             self.running[job.id] = (RunningJob(job.id, job.owner, job.needed, ("w",), 50, True, now), ends)
             self.excess_raised += max(0, self.excess() - before_start)
         self.queued = list(waiting.values())
+
+
+def test_a_victim_whose_job_started_elsewhere_is_handed_on_not_replaced_by_another():
+    """bob's b1 and b2 each preempted one of alice's jobs. b2's victim stopped first and b1 (first
+    in line) took its device; b1's victim, still stopping, is handed on to b2 instead of a third
+    preemption (seen through the real service: three preemptions where two were enough)."""
+    running = [
+        RunningJob("a1", "alice", 1, ("w1",), 50, True, 0.0),
+        RunningJob("a2", "alice", 1, ("w1",), 50, True, 0.0),
+        RunningJob("a3", "alice", 1, ("w1",), 50, True, 0.0, preempting_for="b1"),
+    ]
+    queued = [QueuedJob("b1", "bob", 1, 10.0), QueuedJob("b2", "bob", 1, 11.0), QueuedJob("a4", "alice", 1, 12.0)]
+    decision = decide("cpu", [Host("w1", 4, 1)], running, queued, {}, Rules(NOW, 0.0))
+    assert [start.job for start in decision.starts] == ["b1"]
+    assert decision.preemptions == ()
+    assert decision.reasons["b2"].startswith("waiting for job a3 to checkpoint and stop")

@@ -25,6 +25,7 @@ class Fleet:
         self.device = device
         self.hosts = sorted(hosts, key=lambda host: host.hostname)
         self.running = list(running)
+        self.queued_ids = {job.id for job in queued}
         self.settings = owners
         self.capacity = sum(host.slots for host in hosts)
         self.in_use: dict[str, int] = defaultdict(int)

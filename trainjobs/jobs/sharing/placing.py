@@ -28,6 +28,8 @@ class Placing:
         self.reasons: dict[str, str] = {}
         self.taken: set[str] = set()  # running jobs chosen as victims in this decision
         self.pending = {job.preempting_for for job in fleet.running if job.preempting_for}
+        self.started: set[str] = set()  # jobs started in this decision
+        self.adopted: set[str] = set()  # stopping victims handed on to another job in this decision
         self.waiting_behind: int | None = None  # the highest priority among jobs that wait
         self.version = 0  # bumped by every change to free devices, holdings or victims
         self.victims_version = 0  # bumped by a change of holdings or victims
@@ -81,6 +83,13 @@ class Placing:
             self._hand_over(job, victims)
             names = ", ".join(sorted(victim.id for victim in victims))
             return f"waiting for job {names} to checkpoint and stop (preempted for it)"
+        orphans = self._orphans(job)
+        if orphans:
+            self.adopted.update(victim.id for victim in orphans)
+            self._reserve(job, orphans)
+            self._hand_over(job, orphans)
+            names = ", ".join(sorted(victim.id for victim in orphans))
+            return f"waiting for job {names} to checkpoint and stop (preempted for a job that started elsewhere)"
         chosen = self._victims(job) if self.rules.preemption else None
         if chosen:
             self.taken.update(victim.id for victim in chosen)
@@ -122,6 +131,7 @@ class Placing:
             self.free[hostname] -= job.needed
         self.in_use[job.owner] = self.in_use.get(job.owner, 0) + job.devices
         self.starts.append(Start(job.id, hosts))
+        self.started.add(job.id)
         self.version += 1
 
     def _reserve(self, job: QueuedJob, victims: Sequence[RunningJob] = ()) -> None:
@@ -155,6 +165,30 @@ class Placing:
         self.victims_version += 1
 
     # ---- victims ---------------------------------------------------------------------------------
+
+    def _orphans(self, job: QueuedJob) -> list[RunningJob] | None:
+        """Victims still stopping whose job no longer waits for them (it started on devices that
+        came free first, or left the queue), as few as make room for `job`: their devices are
+        freed anyway, and preempting another for `job` would take one job too many."""
+        stopping = [
+            victim
+            for victim in self._stopping
+            if victim.id not in self.adopted
+            and (victim.preempting_for in self.started or victim.preempting_for not in self.fleet.queued_ids)
+        ]
+        if not stopping:
+            return None
+        usable = {host.hostname for host in self.fleet.hosts if host.sandbox or not job.own_code}
+        freed = dict(self.free)
+        chosen: list[RunningJob] = []
+        for victim in sorted(stopping, key=lambda victim: victim.id):
+            chosen.append(victim)
+            for hostname in victim.hosts:
+                if hostname in freed:
+                    freed[hostname] += victim.needed
+            if sum(1 for hostname in usable if freed[hostname] >= job.needed) >= job.nodes:
+                return chosen
+        return None
 
     def _victims(self, job: QueuedJob) -> list[RunningJob] | None:
         """As few running jobs as free the devices `job` needs, chosen in the contract's order;
@@ -204,6 +238,11 @@ class Placing:
             victim for victim in self._old_enough if victim.preempting_for is None and victim.id not in self.taken
         ]
         return sorted(allowed, key=lambda victim: -above[victim.owner])
+
+    @cached_property
+    def _stopping(self) -> list[RunningJob]:
+        """The victims of earlier decisions, still checkpointing (few: the rest are running)."""
+        return [victim for victim in self.fleet.running if victim.preempting_for is not None]
 
     @cached_property
     def _old_enough(self) -> list[RunningJob]:
