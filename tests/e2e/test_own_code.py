@@ -171,12 +171,13 @@ def test_without_a_sandbox_a_code_job_waits_saying_why(stack_on, sqlite_url):
     client = stack.client(stack.token())
     code = upload(client, archive_of(example_files()))
     job = client.post("/v1/jobs", json=wavesort_spec(code=code)).json()
-    waiting = wait_until(
-        lambda: (lambda seen: seen if seen["waiting_reason"] else None)(client.get(f"/v1/jobs/{job['id']}").json()),
-        30,
-        what="a waiting reason",
-    )
-    assert waiting["state"] == "queued" and "sandbox" in waiting["waiting_reason"]
+
+    def waiting_for_a_sandbox():  # (before the worker's first heartbeat, the reason is that there is none)
+        seen = client.get(f"/v1/jobs/{job['id']}").json()
+        return seen if "sandbox" in (seen["waiting_reason"] or "") else None
+
+    waiting = wait_until(waiting_for_a_sandbox, 30, what="a waiting reason naming the sandbox")
+    assert waiting["state"] == "queued"
     built_in = client.post("/v1/jobs", json=wavesort_spec() | {"model": {"name": "mlp"}, "data": {"name": "digits"}})
     ended = wait_for_terminal(client, built_in.json()["id"])
     assert ended["state"] == "succeeded", ended["error"]
