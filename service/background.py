@@ -56,6 +56,7 @@ class BackgroundLoop:
             max_failures=settings.collector_max_failures,
             log_lines_cap=settings.log_lines_per_job,
             max_attempts=settings.max_attempts,
+            store=store,
         )
         self.leadership = Leadership(self.redis, settings.keys.background_leader)
         self._next_retention = 0.0

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
+from trainjobs.contract.checkpoints import checkpoint_path
 from trainjobs.contract.events import (
     CheckpointRecord,
     CheckpointRemoved,
@@ -32,6 +33,8 @@ from trainjobs.contract.redis_keys import RedisKeys
 from trainjobs.jobs import lifecycle
 from trainjobs.jobs.db import transaction
 from trainjobs.jobs.repositories import job_logs, jobs
+from trainjobs.jobs.tables import JobRow
+from trainjobs.store import CheckpointStore
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +56,10 @@ class EventCollector:
         max_failures: int = 3,
         log_lines_cap: int = DEFAULT_LOG_LINES_CAP,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        store: CheckpointStore | None = None,
     ):
         self.client = client
+        self.store = store  # where rotated-out checkpoint files are deleted (None: left)
         self.sessions = sessions
         self.stream = keys.events
         self.dead_letters = keys.dead_letters
@@ -143,7 +148,7 @@ class EventCollector:
         try:
             event = JobEvent.from_stream_fields(fields)
             with transaction(self.sessions) as session:
-                apply_event(session, event, self.log_lines_cap, self.max_attempts)
+                rotated_out = apply_event(session, event, self.log_lines_cap, self.max_attempts)
         except (ValidationError, ValueError, KeyError, lifecycle.ForeignRecord) as refused:
             self._dead_letter(entry_id, fields, f"refused: {refused}")
             return
@@ -157,7 +162,19 @@ class EventCollector:
                 return
             self._dead_letter(entry_id, fields, f"failed {failures} times: {error}")
             return
+        self._delete_files(rotated_out)
         self._acknowledge(entry_id)
+
+    def _delete_files(self, paths: list[str]) -> None:
+        """Once a rotation's row removal has committed: its files. A failure leaves files (the
+        job's deletion takes them later), never a listed checkpoint without its file."""
+        if self.store is None:
+            return
+        for path in paths:
+            try:
+                self.store.delete(path)
+            except Exception:
+                log.exception("could not delete rotated-out checkpoint file %s", path)
 
     def _dead_letter(self, entry_id: str, fields: dict[Any, Any], why: str) -> None:
         log.error("event %s set aside in %s: %s", entry_id, self.dead_letters, why)
@@ -182,23 +199,21 @@ def apply_event(
     event: JobEvent,
     log_lines_cap: int = DEFAULT_LOG_LINES_CAP,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-) -> None:
+) -> list[str]:
+    """Apply one event; returns the store paths of checkpoint files to delete once it commits
+    (a rotation of the job's current attempt). Files are deleted here, not by the attempt that
+    rotated them out: an attempt that lives on after the job moved past it (a worker cut off)
+    would delete files that the job's next attempt inherited and lists."""
     job = jobs.get(session, event.job_id, for_update=True)
     if job is None:
         log.warning("event %s for unknown job %s dropped", event.kind, event.job_id)
-        return
+        return []
     payload = event.payload()
     match payload:
         case EpochMetrics():
             lifecycle.record_epoch(session, job, event.attempt, payload)
-        case CheckpointRecord():
-            if not lifecycle.record_checkpoint(session, job, event.attempt, payload):
-                log.info("checkpoint %s of job %s's attempt %d ignored: it is at %d", payload.id, job.id,
-                         event.attempt, job.attempt)  # fmt: skip
-        case CheckpointRemoved():
-            if not lifecycle.remove_checkpoint(session, job, event.attempt, payload.id):
-                log.info("removal of checkpoint %s by job %s's attempt %d ignored: it is at %d", payload.id, job.id,
-                         event.attempt, job.attempt)  # fmt: skip
+        case CheckpointRecord() | CheckpointRemoved():
+            return _apply_checkpoint_event(session, job, event.attempt, payload)
         case Progress():
             lifecycle.record_progress(session, job, event.attempt, payload)
         case LogLines():
@@ -216,3 +231,21 @@ def apply_event(
                 lifecycle.finish(session, job, event.attempt, payload)
             except lifecycle.TransitionRefused as refused:
                 log.info("state %s for job %s (attempt %s) ignored: %s", payload.state, job.id, event.attempt, refused)
+    return []
+
+
+def _apply_checkpoint_event(
+    session: Session, job: JobRow, attempt: int, payload: CheckpointRecord | CheckpointRemoved
+) -> list[str]:
+    """Checkpoints of the job's current attempt only; a rotation returns the files to delete."""
+    if isinstance(payload, CheckpointRecord):
+        if not lifecycle.record_checkpoint(session, job, attempt, payload):
+            log.info("checkpoint %s of job %s's attempt %d ignored: it is at %d", payload.id, job.id, attempt,
+                     job.attempt)  # fmt: skip
+        return []
+    if lifecycle.remove_checkpoint(session, job, attempt, payload.id):
+        # The attempt's own file, or one it inherited from an earlier attempt's checkpoint.
+        return [checkpoint_path(job.id, payload.id, earlier) for earlier in range(1, attempt + 1)]
+    log.info("removal of checkpoint %s by job %s's attempt %d ignored: it is at %d", payload.id, job.id, attempt,
+             job.attempt)  # fmt: skip
+    return []

@@ -2,8 +2,9 @@
 reports in order, stamps the job and attempt it knows (a rank cannot speak for another job or
 attempt), and sends them on. A checkpoint's file is checked against its report (size, sha256,
 the path this job's attempt writes to) and put in the store before the report goes on; a
-rotation's report removes the object. A report that breaks a rule is dropped with a log line:
-a rank can only spoil its own job."""
+rotation's report goes on to the collector, which deletes the stored file once the job's row is
+gone (only for the job's current attempt). A report that breaks a rule is dropped with a log
+line: a rank can only spoil its own job."""
 
 from __future__ import annotations
 
@@ -118,10 +119,10 @@ class ReportRelay:
         local.unlink(missing_ok=True)
 
     def _remove_checkpoint(self, removed: CheckpointRemoved) -> None:
+        """Only its local copy: the collector deletes the stored files once it has removed the
+        row, and only for the job's current attempt (this one may have been left behind)."""
         if not is_checkpoint_of(removed.id, self.job_id):
             raise ValueError(f"checkpoint {removed.id!r} is not this job's")
-        for attempt in range(1, self.attempt + 1):  # this attempt's, or one it inherited
-            self.store.delete(checkpoint_path(self.job_id, removed.id, attempt))
         handed_over_file(self.rank_dir, checkpoint_path(self.job_id, removed.id, self.attempt)).unlink(missing_ok=True)
 
 

@@ -1,5 +1,6 @@
 """The collector on the real Redis stream and real SQL: at-least-once delivery, exactly-once rows."""
 
+import io
 import time
 
 import redis
@@ -188,3 +189,45 @@ def test_checkpoint_rows_of_an_attempt_the_job_moved_past_are_left_alone(databas
     with transaction(sessions) as session:
         rows = [(row.id, row.path) for row in checkpoints.for_job(session, job_id)]
     assert rows == [(checkpoint_id(job_id, 1), checkpoint_path(job_id, checkpoint_id(job_id, 1), 2))]
+
+
+def test_a_left_behind_attempt_s_rotation_deletes_no_file_the_current_attempt_lists(database_url, namespace, tmp_path):
+    """Found by the chaos run: attempt 2 resumed from attempt 1's epoch-1 checkpoint (its row
+    keeps attempt 1's path); attempt 1, cut off but still training, rotated that checkpoint out
+    and deleted its file: listed, and a 404 to download. Files are now deleted by the collector,
+    after the row, for the job's current attempt only."""
+    from datetime import UTC, datetime
+
+    from trainjobs.store import CheckpointStore
+
+    sessions = job_sessions(database_url, namespace)
+    job_id = make_job(sessions)
+    store = CheckpointStore(str(tmp_path / "store"))
+    first = checkpoint_id(job_id, 1)
+    inherited = checkpoint_path(job_id, first, 1)
+    store.put_stream(io.BytesIO(b"weights"), inherited)
+    record = CheckpointRecord(
+        id=first, epoch=1, size_bytes=7, sha256="0" * 64, is_best=False, created_at=datetime.now(UTC), path=inherited
+    )
+    client = redis.Redis.from_url(REDIS_URL)
+    keys = RedisKeys(namespace)
+    collector = EventCollector(client, sessions, keys, consumer="test", store=store)
+
+    def deliver(event: JobEvent) -> None:
+        client.xadd(keys.events, event.to_stream_fields())
+        while collector.poll(block_ms=100):
+            pass
+
+    deliver(JobEvent.of(job_id, 1, record))
+    with transaction(sessions) as session:
+        job = jobs.get(session, job_id)
+        job.state, job.attempt = "running", 2  # requeued; attempt 2 resumes from `first`
+    deliver(JobEvent.of(job_id, 1, CheckpointRemoved(id=first)))  # attempt 1, left behind, rotates it out
+    assert store.size(inherited) == 7
+    with transaction(sessions) as session:
+        assert [row.id for row in checkpoints.for_job(session, job_id)] == [first]
+
+    deliver(JobEvent.of(job_id, 2, CheckpointRemoved(id=first)))  # the current attempt's rotation
+    assert store.size(inherited) is None
+    with transaction(sessions) as session:
+        assert checkpoints.for_job(session, job_id) == []
