@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import httpx
@@ -112,3 +113,67 @@ class PrivateRedis:
             return redis.Redis(port=self.port, password=self.password, socket_connect_timeout=0.5).ping()
         except redis.ConnectionError:
             return False
+
+
+class PrivatePostgres:
+    """A PostgreSQL server of the run's own (trust auth, run as the `postgres` user that the
+    Debian package creates), on a free port, listening on loopback and `host`; the run may crash
+    it and start it again. Never the machine's own server. Its folder is a new one under /tmp:
+    the `postgres` user cannot enter a test's private tmp_path; `remove` deletes it."""
+
+    def __init__(self, host: str = "127.0.0.1"):
+        self.directory = Path(tempfile.mkdtemp(prefix="trainjobs-postgres-"))
+        self.data = self.directory / "data"
+        self.port = free_port()
+        self.host = host
+        self.binaries = _postgres_binaries()
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@{self.host}:{self.port}/trainjobs"
+
+    def start(self) -> PrivatePostgres:
+        if not self.data.exists():
+            shutil.chown(self.directory, "postgres", "postgres")
+            self._as_postgres("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+            with open(self.data / "pg_hba.conf", "a") as rules:  # the run's hosts, on its bridge
+                rules.write(f"host all all {self.host}/24 trust\n")
+            self._run_server()
+            self._as_postgres("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "trainjobs")
+            return self
+        self._run_server()
+        return self
+
+    def crash(self) -> None:
+        """Stop at once, as a crash or a failover would: open connections break, unflushed work is
+        recovered from the WAL at the next start."""
+        self._as_postgres("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def stop(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            self._as_postgres("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _run_server(self) -> None:
+        listen = ",".join(sorted({"127.0.0.1", self.host}))
+        options = f"-p {self.port} -k {self.directory} -c listen_addresses={listen} -c fsync=off -c max_connections=300"
+        log = str(self.directory / "server.log")
+        self._as_postgres("pg_ctl", "-D", str(self.data), "-o", options, "-l", log, "-w", "start")
+
+    def _as_postgres(self, program: str, *args: str) -> None:
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", str(self.binaries / program), *args],
+            check=True,
+            capture_output=True,
+            cwd=self.directory,
+        )
+
+
+def _postgres_binaries() -> Path:
+    found = sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))
+    if not found:
+        raise RuntimeError("PostgreSQL's server binaries are not installed (/usr/lib/postgresql/*/bin)")
+    return found[-1].parent
