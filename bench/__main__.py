@@ -56,6 +56,8 @@ def _arguments() -> argparse.Namespace:
         metavar="RANKS,PRECISION,ACCUMULATION",
         help="overhead: only this configuration, e.g. 2,fp32,1 (repeatable) [all 8]",
     )
+    parser.add_argument("--minutes", type=float, default=30, help="chaos: how long faults are injected [30]")
+    parser.add_argument("--seed", type=int, default=36, help="chaos: the seed of its jobs and faults [36]")
     args = parser.parse_args()
     unknown = set(args.which) - set(runnable)
     if unknown:
@@ -64,6 +66,8 @@ def _arguments() -> argparse.Namespace:
 
 
 def _options(benchmark: Benchmark, args: argparse.Namespace) -> dict[str, Any]:
+    if benchmark.name == "chaos":
+        return {"minutes": args.minutes, "seed": args.seed}
     if benchmark.name != "overhead":
         return {}
     options: dict[str, Any] = {"repeats": args.repeats}

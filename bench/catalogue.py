@@ -66,6 +66,7 @@ CATALOGUE: tuple[Benchmark, ...] = tuple(
             Benchmark("scaling", "2", "Scaling on this machine (2 ranks / 1 rank)", ("scaling",), False, "overhead"),
             Benchmark("dispatch", "3", "Start-up: POST to the end of the first optimizer step", ("dispatch",)),
             Benchmark("code_startup", "3b", "Start-up of jobs with their own code", ("code_startup",)),
+            Benchmark("preemption", "3c", "A preemption: the preemptor's POST to its first step", ("preemption",)),
             Benchmark("api", "4", "The API under dashboard load", ("api",)),
             Benchmark("ingest", "5", "Metrics ingestion: the collector, Redis stream to SQL", ("ingest",)),
             Benchmark("gpu", "6", "GPU: resnet50 through the trainer", ("gpu",), False),
@@ -74,6 +75,8 @@ CATALOGUE: tuple[Benchmark, ...] = tuple(
             Benchmark("memory", "9", "Memory of a 2-rank cpu job", ("memory",)),
             Benchmark("polling", "10", "Polling a job", ("polling",)),
             Benchmark("steps", "11", "Where a training step's time goes", ("steps",)),
+            Benchmark("sharing_rule", "12", "The sharing rule's cost", ("sharing_rule",)),
+            Benchmark("chaos", "13", "The chaos run: many faults over many jobs", ("chaos",), False),
         ),
         key=_section_order,
     )
