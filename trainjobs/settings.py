@@ -90,6 +90,9 @@ class Settings(BaseSettings):
     )
     heartbeat_seconds: float = Field(5.0, gt=0.0, description="how often a worker reports itself")
     worker_lost_seconds: float = Field(30.0, gt=0.0, description="a worker silent this long is shown as lost")
+    run_folders_keep_days: float = Field(
+        7.0, gt=0.0, description="a worker removes attempt folders (their logs) untouched this long"
+    )
     forget_workers_after_seconds: float = Field(
         86400.0, gt=0.0, description="a worker silent this long is dropped from GET /v1/workers [a day]"
     )

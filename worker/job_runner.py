@@ -30,7 +30,7 @@ from trainjobs.jobs.scheduling import QueuedJob, waiting_reason
 from trainjobs.jobs.sharing import Rules
 from trainjobs.settings import Settings
 from trainjobs.store import CheckpointStore
-from trainjobs.worker import supervision
+from trainjobs.worker import run_folders, supervision
 from trainjobs.worker.code_cache import CodeCache, CodeFailed, PreparedCode
 from trainjobs.worker.devices import DevicePool, core_share
 from trainjobs.worker.job_watch import JobWatch, LeaseKeeper
@@ -72,6 +72,7 @@ class JobRunner:
         self.sandbox = sandbox  # how launchers sandbox ranks; None: not here (jobs with their own code wait)
         self.launchers = supervision.LauncherPool(settings.run_path / "launchers.log", settings.warm_launchers, sandbox)
         self.watch = JobWatch(sessions, hostname, settings.lease_seconds)
+        self._next_folder_sweep = 0.0  # monotonic: old attempts' folders are looked for after the first job
         self.code = CodeCache(
             settings.home / "code-cache",
             CheckpointStore(settings.checkpoint_store),
@@ -112,6 +113,17 @@ class JobRunner:
             # The watch has ended the launcher's process group by now, whatever happened to it.
             self.pool.release(lease)
             self._wake_next()
+            self._remove_old_run_folders()
+
+    def _remove_old_run_folders(self) -> None:
+        """At most once an hour, after a job: the logs of attempts long over."""
+        if time.monotonic() < self._next_folder_sweep:
+            return
+        self._next_folder_sweep = time.monotonic() + 3600
+        try:
+            run_folders.remove_old(self.settings.run_path, self.settings.run_folders_keep_days * 86400)
+        except Exception:  # housekeeping only
+            log.exception("could not remove old run folders")
 
     def _wake_next(self) -> None:
         """Devices came free here: a message for the job the rule now places here, so it does not
