@@ -35,7 +35,6 @@ def headlines(results: dict[str, Any]) -> list[Headline]:
 
 def render(results: dict[str, Any]) -> list[str]:
     found = results["chaos"]
-    faults = sorted(found["faults"].items(), key=lambda item: -item[1])
     return [
         f"`python -m bench chaos --minutes {found['seconds'] // 60} --seed {found['seed']}` (bench/chaos.py, "
         "devstack/chaos/): its own PostgreSQL and Redis, the API in two processes, three workers of 2 cpu slots "
@@ -48,23 +47,7 @@ def render(results: dict[str, Any]) -> list[str]:
         "",
         *table(["promise", "count"], [[name, f"**{_count(found[name])}**"] for name in PROMISES]),
         "",
-        *table(
-            ["fault", "injected", "found nothing to hit"],
-            [[kind, str(count), str(found["faults_without_target"].get(kind, 0))] for kind, count in faults],
-        ),
-        "",
-        *table(
-            ["jobs", "by kind", "ended by state", "attempts", "preemptions"],
-            [
-                [
-                    str(found["jobs"]),
-                    ", ".join(f"{kind} {count}" for kind, count in sorted(found["job_kinds"].items())),
-                    ", ".join(f"{state} {count}" for state, count in sorted(found["ended"].items())),
-                    str(found["attempts"]),
-                    str(found["preemptions"]),
-                ]
-            ],
-        ),
+        *_faults_and_jobs(found),
         "",
         "Jobs that failed, each with its error (a job fails where its own launcher or rank is killed, or its "
         "rank cannot write its folder; a lost worker or network requeues it instead):",
@@ -75,4 +58,21 @@ def render(results: dict[str, Any]) -> list[str]:
         + ("." if not found["dead letters"] else ", each with its reason:"),
         *[f"- `{letter}`" for letter in found["dead letters"]],
         "",
+    ]
+
+
+def _faults_and_jobs(found: dict[str, Any]) -> list[str]:
+    faults = sorted(found["faults"].items(), key=lambda item: -item[1])
+    missed = found["faults_without_target"]
+    jobs = [
+        str(found["jobs"]),
+        ", ".join(f"{kind} {count}" for kind, count in sorted(found["job_kinds"].items())),
+        ", ".join(f"{state} {count}" for state, count in sorted(found["ended"].items())),
+        str(found["attempts"]),
+        str(found["preemptions"]),
+    ]
+    return [
+        *table(["fault", "injected", "found nothing to hit"], [[k, str(n), str(missed.get(k, 0))] for k, n in faults]),
+        "",
+        *table(["jobs", "by kind", "ended by state", "attempts", "preemptions"], [jobs]),
     ]

@@ -93,12 +93,13 @@ def settle(fleet: ChaosFleet, stream: JobStream, timeout: float) -> None:
 
 def _why_failed(fleet: ChaosFleet, job: dict) -> str:
     """The job's error's first line; for a launcher that exited, the last lines of its log."""
-    why = (job["error"] or "").splitlines()[0][:200] if job["error"] else ""
+    lines = [line.strip() for line in (job["error"] or "").splitlines() if line.strip()]
+    why = " ... ".join(dict.fromkeys([lines[0][:200], lines[-1][:200]])) if lines else ""
     if "launcher exited" in why:
         for home in fleet.homes:
             log = home / "runs" / job["id"] / f"attempt{job['attempt']}" / "launcher.log"
-            if log.exists():
-                tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+            tail = log.read_text(errors="replace").strip().splitlines()[-3:] if log.exists() else []
+            if tail:
                 why += " | " + " / ".join(line[-160:] for line in tail)
     return why
 
