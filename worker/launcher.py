@@ -302,6 +302,10 @@ def main() -> None:
     finally:
         if slot is not None:
             slot.release()
+        # Interpreter shutdown puts the signal's default action back (it ends the process): a
+        # stop the worker sends while this attempt is over (a preemption racing its last epoch)
+        # would turn an exit after a reported end into "launcher exited with code -10".
+        stop.close()
     if outcome is None:
         sys.exit(0 if os.getppid() == args.parent else 3)
 

@@ -27,6 +27,12 @@ class StopRelay:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {STOP_SIGNAL})
         return self
 
+    def close(self) -> None:
+        """The attempt is over: from now on the stop signal is ignored. Ignored, not blocked: a
+        mask is per thread, and interpreter shutdown puts the default action (the process
+        ends) back in place of a Python handler, but leaves SIG_IGN alone."""
+        signal.signal(STOP_SIGNAL, signal.SIG_IGN)
+
     def ranks_started(self, ranks: Sequence) -> None:
         self.ranks = ranks
         self.forward()  # asked before they started
