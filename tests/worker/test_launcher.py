@@ -88,4 +88,3 @@ def test_a_stop_signal_sent_while_a_launcher_still_imports_waits_for_its_handler
     finally:
         launcher.kill()
         launcher.wait()
-
