@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import redis
 from celery import Celery
+from celery.worker import state as worker_state
 
 from trainjobs.connections import celery_app, redis_client
 from trainjobs.contract.dispatch import RUN_JOB_TASK
@@ -50,7 +51,7 @@ def create_worker_app(settings: Settings, pool: DevicePool, hostname: str, clien
     @app.task(name=RUN_JOB_TASK, bind=True, max_retries=None)
     def run_job(task, job_id: str) -> None:
         try:
-            outcome = runner.run(job_id)
+            outcome = runner.run(job_id, claimed=lambda: _acknowledge(task.request.id))
         except Exception:
             # Celery acknowledges a task that raised: the job would keep no message and stay
             # queued for ever. Put it back instead (a job already claimed drops it).
@@ -66,6 +67,17 @@ def create_worker_app(settings: Settings, pool: DevicePool, hostname: str, clien
             raise task.retry(countdown=0)  # 0: published with no ETA, to the back of the queue
 
     return app
+
+
+def _acknowledge(task_id: str) -> None:
+    """Acknowledge a running task's message now, not when the task returns (task_acks_late):
+    once its job is claimed, the SQL lease covers it. A job runs for hours; an unacknowledged
+    message meanwhile is restored at every broker reconnect, and kombu's restore on a lost
+    connection could crash the whole worker (AttributeError in _connparams: the chaos run saw all
+    three workers exit at Redis restarts). Celery skips its own acknowledgement later."""
+    for request in list(worker_state.active_requests):
+        if request.id == task_id:
+            request.acknowledge()
 
 
 def _job_runner(

@@ -82,7 +82,7 @@ class JobRunner:
         )
         self.launchers.replenish()
 
-    def run(self, job_id: str) -> str:
+    def run(self, job_id: str, claimed: Callable[[], None] = lambda: None) -> str:
         """What happened: "ran", "dropped", or "busy" / "elsewhere" (hand the message back).
 
         A message is a wake-up more than an order: the job run is the one the sharing rule
@@ -108,7 +108,7 @@ class JobRunner:
             if first.id != job_id:
                 log.info("job %s starts here before job %s; job %s gets a new message", first.id, job_id, job_id)
                 self.send_again(job_id)
-            return self._claim_and_run(first, list(lease.ids))
+            return self._claim_and_run(first, list(lease.ids), claimed)
         finally:
             # The watch has ended the launcher's process group by now, whatever happened to it.
             self.pool.release(lease)
@@ -162,10 +162,11 @@ class JobRunner:
             return False
         return job.nodes == 1 or waiting_reason(job.device, job.needed, fleet, job.nodes, job.own_code) is None
 
-    def _claim_and_run(self, job: QueuedJob, devices: list[int]) -> str:
+    def _claim_and_run(self, job: QueuedJob, devices: list[int], on_claim: Callable[[], None]) -> str:
         claimed = self._claim(job)
         if isinstance(claimed, str):
             return claimed
+        on_claim()  # the lease covers the job from here: its message has done its work
         if claimed.missing_checkpoint is not None:
             if claimed.node_rank == 0:
                 failed = StateChange(state="failed", stop_reason="error", error=claimed.missing_checkpoint)

@@ -7,6 +7,7 @@ import signal
 import time
 
 import pytest
+import redis
 import torch
 
 from devstack import (
@@ -203,6 +204,32 @@ def test_nothing_is_lost_when_redis_restarts_mid_job(stack_on, sqlite_url, tmp_p
         assert (ended["state"], ended["stop_reason"]) == ("succeeded", "completed")
         assert [row["epoch"] for row in client.get(f"/v1/jobs/{job_id}/metrics").json()["items"]] == list(range(1, 11))
         assert [c["epoch"] for c in client.get(f"/v1/jobs/{job_id}/checkpoints").json()["items"]] == [8, 9, 10]
+    finally:
+        broker.stop()
+
+
+def test_a_running_job_s_message_is_acknowledged_once_claimed_and_the_worker_outlives_redis_restarts(
+    stack_on, sqlite_url, tmp_path
+):
+    """An unacknowledged message was restored at every broker reconnect, and kombu's restore
+    could crash the worker (the chaos run: all three workers gone after Redis restarts)."""
+    (tmp_path / "redis").mkdir()
+    broker = PrivateRedis(tmp_path / "redis")
+    broker.start()
+    try:
+        stack = stack_on(sqlite_url, redis_url=broker.url)
+        client = stack.client(stack.token())
+        job_id = client.post("/v1/jobs", json=tiny_wavenet_spec(epochs=12, data=HALF_SECOND_EPOCHS)).json()["id"]
+        wait_until(lambda: job(client, job_id)["epoch"] >= 1, 120, what="the first epoch")
+        unacked = redis.Redis.from_url(broker.url)
+        assert unacked.hlen("unacked") == 0  # kombu's hash of delivered, unacknowledged messages
+        for _ in range(3):
+            broker.stop()
+            time.sleep(1)
+            broker.start()
+            time.sleep(2)
+        assert wait_for_terminal(client, job_id, timeout=180)["state"] == "succeeded"
+        assert all(process.poll() is None for process in stack.workers.values())
     finally:
         broker.stop()
 
