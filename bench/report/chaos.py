@@ -14,6 +14,7 @@ PROMISES = (
     "processes left behind",
     "devices still leased",
     "not ended",
+    "workers that exited on their own",
 )
 
 

@@ -46,6 +46,7 @@ def run_chaos(workdir: Path, seconds: float, seed: int, drain_seconds: float = 3
             seconds=round(seconds),
             faults=dict(injector.injected),
             faults_without_target=dict(injector.missed),
+            **{"workers that exited on their own": injector.exited_on_their_own},
             job_kinds=dict(_kinds(stream)),
             journal=injector.journal,
         )

@@ -54,6 +54,8 @@ class FaultInjector:
         self.started = time.monotonic()
         self.next_at = self.started + self._gap()
         self.pending: list[threading.Thread] = []  # faults that last a while, undone by themselves
+        self.killed: set[int] = set()  # workers killed here, until they are started again
+        self.exited_on_their_own: list[str] = []
         self._faults: dict[str, Callable[[float, float], str | None]] = {
             "kill worker": self._kill_worker,
             "kill launcher": self._kill_launcher,
@@ -69,6 +71,7 @@ class FaultInjector:
         }
 
     def tick(self) -> None:
+        self._restart_workers_that_exited()
         if time.monotonic() < self.next_at:
             return
         kind = self.random.choice(KINDS)
@@ -81,6 +84,15 @@ class FaultInjector:
             self.journal.append(f"{time.monotonic() - self.started:7.1f} s  {kind} could not be injected: {error!r}")
         (self.injected if target else self.missed)[kind] += 1
         self.journal.append(f"{time.monotonic() - self.started:7.1f} s  {kind}: {target or 'nothing to hit'}")
+
+    def _restart_workers_that_exited(self) -> None:
+        """A worker that exited without being killed here broke a promise (nothing stalls): it is
+        counted, and started again, as a host's supervisor would."""
+        for index in range(len(self.fleet.homes)):
+            if index not in self.killed and not self.fleet.worker_alive(index):
+                self.exited_on_their_own.append(self.fleet.names[index])
+                self.journal.append(f"{time.monotonic() - self.started:7.1f} s  {self.fleet.names[index]} exited")
+                self.fleet.start_worker(index)
 
     def finish(self) -> None:
         """Wait for the lasting faults to be undone, then make sure every part runs again."""
@@ -111,8 +123,14 @@ class FaultInjector:
             return None
         index = alive[int(pick * len(alive))]
         assert self.fleet.stack is not None
+        self.killed.add(index)
         self.fleet.stack.kill_worker(self.fleet.hostname(index))
-        self._lasting(lambda: self.fleet.start_worker(index), seconds)  # the host comes back
+
+        def come_back() -> None:  # the host comes back
+            self.fleet.start_worker(index)
+            self.killed.discard(index)
+
+        self._lasting(come_back, seconds)
         return f"{self.fleet.names[index]}, back after {seconds:.1f} s"
 
     def _kill_launcher(self, pick: float, _seconds: float) -> str | None:

@@ -69,8 +69,9 @@ def failures(figures: dict) -> dict:
         "checkpoints not downloading with their sha256",
         "processes left behind",
         "devices still leased",
+        "workers that exited on their own",
     )
-    return {key: figures[key] for key in keys if figures[key]}
+    return {key: figures[key] for key in keys if figures.get(key)}
 
 
 def settle(fleet: ChaosFleet, stream: JobStream, timeout: float) -> None:
