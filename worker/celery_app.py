@@ -51,7 +51,7 @@ def create_worker_app(settings: Settings, pool: DevicePool, hostname: str, clien
     @app.task(name=RUN_JOB_TASK, bind=True, max_retries=None)
     def run_job(task, job_id: str) -> None:
         try:
-            outcome = runner.run(job_id, claimed=lambda: _acknowledge(task.request.id))
+            outcome = runner.run(job_id, on_claim=lambda: _acknowledge(task.request.id))
         except Exception:
             # Celery acknowledges a task that raised: the job would keep no message and stay
             # queued for ever. Put it back instead (a job already claimed drops it).

@@ -82,7 +82,7 @@ class JobRunner:
         )
         self.launchers.replenish()
 
-    def run(self, job_id: str, claimed: Callable[[], None] = lambda: None) -> str:
+    def run(self, job_id: str, on_claim: Callable[[], None] = lambda: None) -> str:
         """What happened: "ran", "dropped", or "busy" / "elsewhere" (hand the message back).
 
         A message is a wake-up more than an order: the job run is the one the sharing rule
@@ -108,7 +108,7 @@ class JobRunner:
             if first.id != job_id:
                 log.info("job %s starts here before job %s; job %s gets a new message", first.id, job_id, job_id)
                 self.send_again(job_id)
-            return self._claim_and_run(first, list(lease.ids), claimed)
+            return self._claim_and_run(first, list(lease.ids), on_claim)
         finally:
             # The watch has ended the launcher's process group by now, whatever happened to it.
             self.pool.release(lease)
