@@ -123,7 +123,7 @@ def test_a_stalled_rank_fails_the_job_after_the_process_group_timeout(stack_on, 
     ranks = rank_pids(job_id)
 
     os.kill(ranks[1], signal.SIGSTOP)  # rank 1 hangs; rank 0 waits for it in the gradient all-reduce
-    ended = wait_for_terminal(client, job_id, timeout=60)
+    ended = wait_for_terminal(client, job_id, timeout=100)  # well before gloo's default (120 s) would
     assert (ended["state"], ended["stop_reason"]) == ("failed", "error")
     assert "rank 0 failed" in ended["error"] and "timed out" in ended["error"].lower(), ended["error"]
     wait_until(
@@ -156,8 +156,9 @@ def test_a_job_longer_than_the_broker_visibility_timeout_runs_once(stack_on, sql
     assert [row["epoch"] for row in client.get(f"/v1/jobs/{job_id}/metrics").json()["items"]] == list(range(1, 13))
     log = stack.log_text("worker")
     assert log.count(f"job {job_id} attempt 1: launcher pid") == 1
-    # Redis did hand the unacknowledged message out again while the job ran; the claim refused it.
-    assert f"message for job {job_id} dropped: it is running" in log
+    # Its message was acknowledged once the job was claimed: Redis had nothing to hand out again
+    # while it ran (before, it did, and the claim refused it).
+    assert f"message for job {job_id} dropped" not in log
 
 
 def test_max_runtime_ends_the_job_as_a_timeout(stack_on, sqlite_url):
