@@ -5,17 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from bench.report import Headline, table
-
-PROMISES = (
-    "epochs recorded twice",
-    "epochs lost",
-    "jobs run twice at once",
-    "checkpoints not downloading with their sha256",
-    "processes left behind",
-    "devices still leased",
-    "not ended",
-    "workers that exited on their own",
-)
+from devstack.chaos.invariants import PROMISES
 
 
 def _count(value: Any) -> int:
