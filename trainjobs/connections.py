@@ -7,10 +7,13 @@ request (or per heartbeat) would open a connection each time.
 
 from __future__ import annotations
 
+import ssl
+
 import redis
 import redis.asyncio
 from celery import Celery
 
+from trainjobs.broker_transport import TRANSPORT
 from trainjobs.settings import Settings
 
 
@@ -29,6 +32,11 @@ def async_redis_client(settings: Settings) -> redis.asyncio.Redis:
 
 def celery_app(name: str, settings: Settings) -> Celery:
     app = Celery(name, broker=settings.redis_url)
+    app.conf.broker_transport = TRANSPORT  # kombu's Redis transport, mended: see its module
+    if settings.redis_url.startswith("rediss://"):
+        # TLS verified as redis-py verifies it for the other clients (kombu would pick the
+        # rediss scheme's insecure default from the URL, which the transport above replaces).
+        app.conf.broker_use_ssl = {"ssl_cert_reqs": ssl.CERT_REQUIRED}
     visibility_timeout = settings.broker_visibility_timeout
     app.conf.update(
         broker_connection_retry_on_startup=True,

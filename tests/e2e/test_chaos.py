@@ -19,12 +19,10 @@ pytestmark = pytest.mark.e2e
 
 SECONDS = 120
 SEED = 7
-# What the 30-minute run (BENCHMARKS.md §13) still finds, open in issue 36: Celery/kombu 5.7
-# workers that exit at some Redis restarts ("Unrecoverable error" while restoring unacknowledged
-# messages), epochs lost when Redis restarts without its data (events in flight go with it), and
-# two jobs seen with two attempts alive at once in 403. Printed here, not asserted, until fixed;
-# every other promise is.
-OPEN_FINDINGS = ("workers that exited on their own", "epochs lost", "jobs run twice at once")
+# What the 30-minute run (BENCHMARKS.md §13) still finds, open in issue 36: epochs lost when Redis
+# restarts without its data (events in flight go with it), and two jobs seen with two attempts
+# alive at once in 403. Printed here, not asserted, until fixed; every other promise is.
+OPEN_FINDINGS = ("epochs lost", "jobs run twice at once")
 
 
 def test_a_stream_of_mixed_faults_breaks_no_promise(tmp_path):
