@@ -332,10 +332,12 @@ def run_attempt(
     if outcome is not None:
         reporter.send(outcome)
         log.info("job %s attempt %d: %s %s", request.job_id, request.attempt, outcome.state, outcome.stop_reason or "")
+    reporter.flush(timeout=APPLIED_WAIT_SECONDS)  # sent again if Redis restarted and lost them
     return outcome
 
 
 RELAY_SECONDS = 600.0  # the last checkpoints' uploads, at most
+APPLIED_WAIT_SECONDS = 30.0  # for the collector to apply our last events (an API restarting)
 
 
 def _arguments() -> argparse.Namespace:
