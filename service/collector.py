@@ -223,7 +223,7 @@ def apply_event(
             # stream order): it goes back to the queue. Or a node of a multi-node job lost its
             # peers (a host went away): the whole job goes back, as when a worker's lease runs out.
             if event.attempt == job.attempt and job.state == "preempting":
-                lifecycle.preempted(session, job, "it stopped after its checkpoint at the step it was in")
+                lifecycle.preempted(session, job, "it stopped after its checkpoint at the step it was in", stopped=True)
             elif event.attempt == job.attempt and job.state == "running":
                 lifecycle.requeue_or_give_up(session, job, payload.error or "a node was lost", max_attempts)
         case StateChange():

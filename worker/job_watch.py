@@ -6,10 +6,13 @@ state changed (cancel, preempt: trainjobs.worker.state_notices), or when the lea
 worker, and a watch that read SQL every second cost them CPU for nothing.
 
 SQL may fail at a renewal (SQLite locked past its busy timeout, PostgreSQL restarting, a
-half-open connection): the renewal is tried again with back-off until the lease it last renewed
-is about to run out. Then the launcher's process group is ended, before the watch returns and
-the worker frees the job's devices, never after: once the lease has run out the service hands
-the job to another attempt, and this one must be gone by then.
+half-open connection), or not answer at all for a while (a write lock held): the renewal is tried
+again with back-off until the lease it last renewed is about to run out, and no answer is waited
+for past that. Then the launcher's process group is killed, before the watch returns and the
+worker frees the job's devices, never after: once the lease has run out the service hands the job
+to another attempt, and this one must be gone by then. A lease counts from the moment its renewal
+was asked for, not answered: SQL sets the new expiry when the statement is made, and an answer
+that comes seconds later (a lock waited for) does not move it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -34,8 +38,8 @@ log = logging.getLogger(__name__)
 
 RETRY_FIRST_SECONDS = 0.5
 RETRY_MAX_SECONDS = 4.0
-# Ending a launcher's group takes up to two grace periods (SIGTERM, then SIGKILL): start that
-# early enough to be done before the lease runs out.
+# Give up on SQL this long before the lease runs out (a third of it for short leases): killing
+# the launcher's group and seeing it gone takes well under a second.
 END_MARGIN_SECONDS = 2 * supervision.TERMINATE_GRACE_SECONDS
 
 
@@ -65,9 +69,11 @@ class JobWatch:
         """Keep the lease and follow the job until its launcher is over; the launcher's process
         group never outlives this call, whatever is raised. `preempted` is called once the job
         is asked to stop for another (the worker warms a launcher for it meanwhile)."""
+        asking = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"lease-{request.job_id}")
         try:
-            return self._follow(request, launcher, woken, report_cancelled, preempted)
+            return self._follow(request, launcher, woken, report_cancelled, preempted, asking)
         finally:
+            asking.shutdown(wait=False)  # a question SQL has not answered is left to time out
             if launcher.poll() is None:
                 supervision.end_process_group(launcher)
 
@@ -78,6 +84,7 @@ class JobWatch:
         woken: threading.Event,
         report_cancelled: Callable[[], None],
         preempted: Callable[[], None],
+        asking: ThreadPoolExecutor,
     ) -> WatchOutcome:
         renewed_at = time.monotonic()  # the claim took the lease
         next_renewal = renewed_at + self.lease_seconds / 3
@@ -88,46 +95,73 @@ class JobWatch:
             if launcher.poll() is not None:
                 return WatchOutcome("exited")
             renew = time.monotonic() >= next_renewal
-            lease = self._check(request, renew, expires=renewed_at + self.lease_seconds)
+            asked_at = time.monotonic()
+            lease = self._check(request, renew, renewed_at + self.lease_seconds, asking)
             if lease is None:
-                log.error("job %s: SQL did not answer before the lease ran out; ending its launcher", request.job_id)
+                log.error("job %s: SQL did not answer before the lease ran out; killing its launcher", request.job_id)
+                supervision.kill_process_group(launcher)
                 return WatchOutcome("unreachable")
             if renew:
-                renewed_at, next_renewal = time.monotonic(), time.monotonic() + self.lease_seconds / 3
-            if lease.state in TERMINAL_STATES and lease.same_attempt:
-                # The launcher reported the end (and the collector applied it) a moment before
-                # exiting: let it finish.
-                supervision.wait_or_end(launcher)
-                return WatchOutcome("finished")
-            if not lease.ours:
-                log.warning("job %s: lease lost (taken over or requeued); ending its launcher", request.job_id)
-                return WatchOutcome("lost")
+                renewed_at, next_renewal = asked_at, asked_at + self.lease_seconds / 3
+            ended = _ended(lease, request, launcher, report_cancelled)
+            if ended is not None:
+                return ended
             if lease.state == "preempting" and not asked_to_stop:
                 asked_to_stop = _stop_for_preemption(request, launcher)
                 preempted()
-            if lease.state == "cancelling":
-                supervision.end_process_group(launcher)
-                if request.node_rank == 0:  # one report for the whole job
-                    report_cancelled()
-                log.info("job %s cancelled", request.job_id)
-                return WatchOutcome("cancelled")
 
-    def _check(self, request: RunRequest, renew: bool, expires: float) -> worker_gateway.LeaseCheck | None:
+    def _check(
+        self, request: RunRequest, renew: bool, expires: float, asking: ThreadPoolExecutor
+    ) -> worker_gateway.LeaseCheck | None:
         """Where the job stands (renewing the lease if `renew`), tried again with back-off while SQL
-        fails; None once the lease would run out before another try could end the launcher."""
+        fails; None once the lease would run out before another try could end the launcher, or
+        when SQL has not answered by then (the question waits in a thread of its own)."""
+        give_up_at = expires - min(END_MARGIN_SECONDS, self.lease_seconds / 3)
         pause = RETRY_FIRST_SECONDS
         while True:
+            asked = asking.submit(self._lease_check, request, renew)
             try:
-                with transaction(self.sessions) as session:
-                    return worker_gateway.check_lease(
-                        session, request.job_id, self.hostname, request.attempt, self.lease_seconds if renew else None
-                    )
+                return asked.result(timeout=max(0.0, give_up_at - time.monotonic()))
+            except TimeoutError:
+                return None
             except SQLAlchemyError as error:
-                if time.monotonic() + pause > expires - min(END_MARGIN_SECONDS, self.lease_seconds / 3):
+                if time.monotonic() + pause > give_up_at:
                     return None
                 log.warning("job %s: lease check failed (%s); trying again in %.1f s", request.job_id, error, pause)
                 time.sleep(pause)
                 pause = min(pause * 2, RETRY_MAX_SECONDS)
+
+    def _lease_check(self, request: RunRequest, renew: bool) -> worker_gateway.LeaseCheck:
+        with transaction(self.sessions) as session:
+            return worker_gateway.check_lease(
+                session, request.job_id, self.hostname, request.attempt, self.lease_seconds if renew else None
+            )
+
+
+def _ended(
+    lease: worker_gateway.LeaseCheck,
+    request: RunRequest,
+    launcher: subprocess.Popen[bytes],
+    report_cancelled: Callable[[], None],
+) -> WatchOutcome | None:
+    """How the watch ends for where the job stands now, its launcher's group ended; None: it goes on."""
+    if lease.state in TERMINAL_STATES and lease.same_attempt:
+        # The launcher reported the end (and the collector applied it) a moment before exiting:
+        # let it finish.
+        supervision.wait_or_end(launcher)
+        return WatchOutcome("finished")
+    if not lease.ours:
+        # Killed, not asked: the job's next attempt may start as soon as the lease is out.
+        log.warning("job %s: lease lost (taken over or requeued); killing its launcher", request.job_id)
+        supervision.kill_process_group(launcher)
+        return WatchOutcome("lost")
+    if lease.state == "cancelling":
+        supervision.end_process_group(launcher)
+        if request.node_rank == 0:  # one report for the whole job
+            report_cancelled()
+        log.info("job %s cancelled", request.job_id)
+        return WatchOutcome("cancelled")
+    return None
 
 
 def _stop_for_preemption(request: RunRequest, launcher: subprocess.Popen[bytes]) -> bool:

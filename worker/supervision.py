@@ -185,6 +185,21 @@ def end_process_group(launcher: subprocess.Popen[bytes]) -> None:
             return
 
 
+def kill_process_group(launcher: subprocess.Popen[bytes]) -> None:
+    """SIGKILL to the launcher's whole group at once, and wait (briefly) for it to be gone: for an
+    attempt the job has moved past, or may have by the time a grace period ended, whose processes
+    must be gone before the next attempt starts. Nothing it would do on SIGTERM counts any more.
+    Ranks in a sandbox follow its bubblewrap (--die-with-parent ends its PID namespace)."""
+    try:
+        os.killpg(launcher.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    has_exited(launcher, TERMINATE_GRACE_SECONDS)
+    deadline = time.monotonic() + TERMINATE_GRACE_SECONDS
+    while time.monotonic() < deadline and _group_alive(launcher.pid):
+        time.sleep(0.05)
+
+
 def _group_alive(pgid: int) -> bool:
     """Whether a process of the group still runs. A zombie does not count: it holds nothing,
     and where the host's init is slow to reap orphans (some containers) one lingers for seconds."""

@@ -5,6 +5,7 @@ multi-node job's nodes, the lease, and waiting reasons."""
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 
 import pytest
 
@@ -85,10 +86,49 @@ def test_a_claim_is_won_once_and_a_later_attempt_resumes_from_the_latest_checkpo
     checkpointed(sessions, job_id, 1)
     latest = checkpointed(sessions, job_id, 2)
     with transaction(sessions) as session:
-        lifecycle.requeue(session, jobs.get(session, job_id, for_update=True), "requeued: worker w1 was lost")
+        job = jobs.get(session, job_id, for_update=True)
+        job.lease_expires_at = utcnow() - timedelta(seconds=1)  # as the reaper finds it
+        lifecycle.requeue(session, job, "requeued: worker w1 was lost")
     with transaction(sessions) as session:
         resumed = worker_gateway.claim(session, job_id, "w2", lease_seconds=30)
     assert (resumed.attempt, resumed.resume_path) == (2, latest)
+
+
+@pytest.mark.parametrize("how", ["node lost", "preemption's grace ran out"])
+def test_a_job_requeued_while_its_lease_runs_starts_again_only_once_that_lease_is_over(sessions, how):
+    """Its worker kills the attempt's processes before the lease runs out (worker/job_watch.py):
+    until then the next attempt would run beside them."""
+    job_id = submitted(sessions)
+    with transaction(sessions) as session:
+        worker_gateway.claim(session, job_id, "w1", lease_seconds=1.5)
+    with transaction(sessions) as session:
+        job = jobs.get(session, job_id, for_update=True)
+        if how == "node lost":
+            lifecycle.requeue(session, job, "requeued: a node was lost")
+        else:
+            lifecycle.preempt(session, job, "jother")
+            lifecycle.preempted(session, job, "no checkpoint came in time")
+    with transaction(sessions) as session:
+        assert worker_gateway.next_start(session, "w2", "cpu", fleet(("w2", 2, 0)), Rules(now=time.time()), 2) is None
+        assert worker_gateway.claim(session, job_id, "w2", lease_seconds=30) is None
+    time.sleep(1.6)
+    with transaction(sessions) as session:
+        assert (
+            worker_gateway.next_start(session, "w2", "cpu", fleet(("w2", 2, 0)), Rules(now=time.time()), 2).id == job_id
+        )
+        assert worker_gateway.claim(session, job_id, "w2", lease_seconds=30).attempt == 2
+
+
+def test_a_preempted_job_whose_ranks_stopped_can_start_again_at_once(sessions):
+    job_id = submitted(sessions)
+    with transaction(sessions) as session:
+        worker_gateway.claim(session, job_id, "w1", lease_seconds=30)
+    with transaction(sessions) as session:
+        job = jobs.get(session, job_id, for_update=True)
+        lifecycle.preempt(session, job, "jother")
+        lifecycle.preempted(session, job, "it stopped after its checkpoint", stopped=True)
+    with transaction(sessions) as session:
+        assert worker_gateway.claim(session, job_id, "w2", lease_seconds=30).attempt == 2
 
 
 def test_a_first_attempt_starts_from_resume_from_and_says_when_that_checkpoint_is_gone(sessions):

@@ -32,7 +32,7 @@ from trainjobs.contract.clock import utcnow
 from trainjobs.contract.events import CheckpointRecord, EpochMetrics, Progress, StateChange
 from trainjobs.contract.spec import JobSpec
 from trainjobs.contract.states import ACTIVE_STATES, TERMINAL_STATES
-from trainjobs.jobs import job_cache, timeline
+from trainjobs.jobs import attempt_fence, job_cache, timeline
 from trainjobs.jobs.errors import Conflict
 from trainjobs.jobs.repositories import checkpoints, dispatch_intents, epoch_metrics, job_labels, job_nodes, jobs
 from trainjobs.jobs.tables import JobRow
@@ -268,8 +268,9 @@ def requeue_or_give_up(session: Session, job: JobRow, lost: str, max_attempts: i
 
 def requeue(session: Session, job: JobRow, reason: str) -> None:
     """running -> queued with `attempt` + 1, dispatched again; the next worker resumes it from
-    its last checkpoint."""
+    its last checkpoint, once the attempt it replaces is surely over (trainjobs.jobs.attempt_fence)."""
     _check(job, "requeue")
+    fence = attempt_fence.fence(session, job)
     job_nodes.remove(session, job.id, job.attempt)
     _set(
         job,
@@ -277,7 +278,7 @@ def requeue(session: Session, job: JobRow, reason: str) -> None:
         attempt=job.attempt + 1,
         worker=None,
         lease_owner=None,
-        lease_expires_at=None,
+        lease_expires_at=fence,
         waiting_reason=reason,
         progress=None,
         queued_at=utcnow(),
@@ -295,11 +296,15 @@ def preempt(session: Session, job: JobRow, for_job: str) -> None:
     _state_changed(session, job)
 
 
-def preempted(session: Session, job: JobRow, why: str) -> None:
+def preempted(session: Session, job: JobRow, why: str, stopped: bool = False) -> None:
     """preempting -> queued with `attempt` + 1 and `preemptions` + 1 (which never count towards
     giving up), dispatched again: it resumes from its last checkpoint, which is the one taken
-    for the preemption unless it was late (`why` says which)."""
+    for the preemption unless it was late (`why` says which). `stopped`: the attempt reported
+    that its ranks stopped (its launcher does once they have exited: on one node, nothing of it
+    is left); otherwise (the grace ran out, its worker was lost, other nodes) the next attempt
+    waits until this one is surely over (trainjobs.jobs.attempt_fence)."""
     _check(job, "preempted")
+    fence = None if stopped and job.spec.get("nodes", 1) == 1 else attempt_fence.fence(session, job)
     job_nodes.remove(session, job.id, job.attempt)
     taker = job.preempting_for
     _set(
@@ -312,7 +317,7 @@ def preempted(session: Session, job: JobRow, why: str) -> None:
         preempting_since=None,
         worker=None,
         lease_owner=None,
-        lease_expires_at=None,
+        lease_expires_at=fence,
         waiting_reason=f"preempted by job {taker}: {why}",
         progress=None,
         queued_at=utcnow(),

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from trainjobs.contract.spec import devices_per_node
 from trainjobs.contract.workers import WorkerStatus
-from trainjobs.jobs import lifecycle, queue
+from trainjobs.jobs import attempt_fence, lifecycle, queue
 from trainjobs.jobs.repositories import checkpoints, job_nodes, jobs
 from trainjobs.jobs.scheduling import QueuedJob
 from trainjobs.jobs.sharing import Rules
@@ -83,7 +83,9 @@ def next_start(
     if start is None:
         return None
     job = jobs.get(session, start.job)
-    return _queued(job) if job is not None and job.state == "queued" else None
+    if job is None or job.state != "queued" or not attempt_fence.can_start_now(job):
+        return None  # the worker hands the message back, and tries again in a moment
+    return _queued(job)
 
 
 def claim(session: Session, job_id: str, worker: str, lease_seconds: float) -> ClaimedJob | None:

@@ -152,11 +152,13 @@ def claim(session: Session, job_id: str, running: dict[str, Any]) -> JobRow | No
     """Atomically take a queued job: set the columns `running` names (lifecycle.claim's).
 
     One conditional UPDATE: of two workers that race for one job, exactly one matches it. A
-    message for a job that is running, finished or unknown claims nothing.
+    message for a job that is running, finished or unknown claims nothing, nor one for a job
+    whose previous attempt may still live (trainjobs.jobs.attempt_fence: its lease, kept, is not over).
     """
+    not_fenced = or_(JobRow.lease_expires_at.is_(None), JobRow.lease_expires_at <= utcnow())
     result: CursorResult[Any] = session.execute(  # type: ignore[assignment]
         update(JobRow)
-        .where(JobRow.id == job_id, JobRow.state == "queued")
+        .where(JobRow.id == job_id, JobRow.state == "queued", not_fenced)
         .values(**running)
         .execution_options(synchronize_session=False)
     )
