@@ -70,7 +70,7 @@ class Rendezvous:
             assert client is not None and request.rendezvous_key is not None
             self.store = rendezvous_store(request.spec.world_size, timeout, host=request.address)
             self.address = StoreAddress(host=request.address, port=self.store.port)
-            client.set(request.rendezvous_key, f"{request.address}:{self.store.port}", ex=RENDEZVOUS_KEY_SECONDS)
+            _publish(client, request.rendezvous_key, f"{request.address}:{self.store.port}", timeout)
         else:
             assert client is not None and request.rendezvous_key is not None
             host, port = _published(client, request.rendezvous_key, timeout)
@@ -92,10 +92,29 @@ class RendezvousRefused(Exception):
 RENDEZVOUS_KEY_SECONDS = 24 * 3600
 
 
+# A Redis restarting (seconds) is waited for: a job starting then would fail on it otherwise.
+REDIS_AWAY = (redis.ConnectionError, redis.TimeoutError)
+
+
+def _publish(client: redis.Redis, key: str, address: str, timeout_seconds: float) -> None:
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        try:
+            client.set(key, address, ex=RENDEZVOUS_KEY_SECONDS)
+            return
+        except REDIS_AWAY:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def _published(client: redis.Redis, key: str, timeout_seconds: float) -> tuple[str, int]:
     deadline = time.monotonic() + timeout_seconds
     while time.monotonic() < deadline:
-        value = client.get(key)
+        try:
+            value = client.get(key)
+        except REDIS_AWAY:
+            value = None
         if value:
             host, _, port = (value.decode() if isinstance(value, bytes) else str(value)).rpartition(":")
             return host, int(port)

@@ -6,12 +6,14 @@ recorded. Real stores, real sockets, real Redis."""
 from __future__ import annotations
 
 import socket
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import redis
 
-from devstack import REDIS_URL, tiny_wavenet_spec
+from devstack import REDIS_URL, PrivateRedis, tiny_wavenet_spec
 from trainjobs.contract.redis_keys import RedisKeys
 from trainjobs.contract.run import RunRequest, StoreAddress
 from trainjobs.contract.spec import JobSpec
@@ -78,3 +80,27 @@ def test_a_joining_node_accepts_only_the_address_node_0_s_worker_recorded(tmp_pa
         Rendezvous(joining, client)
     client.set(key, "10.0.0.11:29500")  # node 0's own
     assert Rendezvous(joining, client).address == StoreAddress(host="10.0.0.11", port=29500)
+
+
+def test_a_joining_node_waits_through_a_redis_restart_for_node_0_s_address(tmp_path, namespace):
+    """A 2-node job starting while Redis restarts: the joining launcher failed on the first
+    connection refused (the chaos run saw a job fail so); it now waits, within the timeout."""
+    server = PrivateRedis(tmp_path / "redis")
+    (tmp_path / "redis").mkdir()
+    server.start()
+    client = redis.Redis.from_url(server.url, socket_connect_timeout=1)
+    joining = request(tmp_path, namespace, nodes=2, node_rank=1, rendezvous_host="10.0.0.11")
+    server.stop()
+
+    def node_0_publishes_once_redis_is_back() -> None:
+        time.sleep(1.5)
+        server.start()
+        client.set(RedisKeys(namespace).rendezvous("jrendezvous", 1), "10.0.0.11:29500")
+
+    publisher = threading.Thread(target=node_0_publishes_once_redis_is_back)
+    publisher.start()
+    try:
+        assert Rendezvous(joining, client).address == StoreAddress(host="10.0.0.11", port=29500)
+    finally:
+        publisher.join()
+        server.stop()
