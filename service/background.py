@@ -1,6 +1,7 @@
 """The API's background work, on one thread of one API process at a time (the leader, see
 service.leadership): the collector, and every few seconds the reaper (lost workers' jobs), the
-sharing of the fleet (preemptions and waiting reasons: service.sharing), the outbox sweeper and
+sharing of the fleet (preemptions and waiting reasons: service.sharing), the outbox sweeper, the
+checkpoint store's deletions tried again (service.store_deletions) and
 (each minute, when `TRAINJOBS_RETENTION_DAYS` is set) the retention sweep. Each step is guarded
 on its own, so one that fails never stops the others; the collector backs off (capped) while SQL
 or Redis is away. The other API processes' loops wait, trying for the lead each second."""
@@ -17,7 +18,7 @@ import redis
 from sqlalchemy.orm import Session, sessionmaker
 
 from trainjobs.contract.workers import live_workers
-from trainjobs.service import dispatch, fleet, reaper, retention, sharing
+from trainjobs.service import dispatch, fleet, reaper, retention, sharing, store_deletions
 from trainjobs.service.collector import EventCollector
 from trainjobs.service.leadership import Leadership
 from trainjobs.settings import Settings
@@ -79,6 +80,7 @@ class BackgroundLoop:
         self._guarded("share", self._share_fleet)
         self._guarded("dispatch", lambda: dispatch.sweep(self.dispatcher, settings.outbox_grace_seconds))
         self._guarded("retention", self._apply_retention)
+        self._guarded("store deletions", lambda: store_deletions.sweep(self.sessions, self.store))
         self._guarded(
             "forget workers",
             lambda: fleet.forget_long_lost(self.redis, settings.keys.workers, settings.forget_workers_after_seconds),

@@ -34,6 +34,7 @@ from trainjobs.jobs import lifecycle
 from trainjobs.jobs.db import transaction
 from trainjobs.jobs.repositories import job_logs, jobs
 from trainjobs.jobs.tables import JobRow
+from trainjobs.service import store_deletions
 from trainjobs.store import CheckpointStore
 
 log = logging.getLogger(__name__)
@@ -149,6 +150,8 @@ class EventCollector:
             event = JobEvent.from_stream_fields(fields)
             with transaction(self.sessions) as session:
                 rotated_out = apply_event(session, event, self.log_lines_cap, self.max_attempts)
+                if self.store is not None:
+                    store_deletions.record(session, rotated_out)
         except (ValidationError, ValueError, KeyError, lifecycle.ForeignRecord) as refused:
             self._dead_letter(entry_id, fields, f"refused: {refused}")
             return
@@ -162,19 +165,9 @@ class EventCollector:
                 return
             self._dead_letter(entry_id, fields, f"failed {failures} times: {error}")
             return
-        self._delete_files(rotated_out)
+        if self.store is not None:  # once the row's removal has committed: its files
+            store_deletions.delete_now(self.store, rotated_out)
         self._acknowledge(entry_id)
-
-    def _delete_files(self, paths: list[str]) -> None:
-        """Once a rotation's row removal has committed: its files. A failure leaves files (the
-        job's deletion takes them later), never a listed checkpoint without its file."""
-        if self.store is None:
-            return
-        for path in paths:
-            try:
-                self.store.delete(path)
-            except Exception:
-                log.exception("could not delete rotated-out checkpoint file %s", path)
 
     def _dead_letter(self, entry_id: str, fields: dict[Any, Any], why: str) -> None:
         log.error("event %s set aside in %s: %s", entry_id, self.dead_letters, why)

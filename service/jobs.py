@@ -20,7 +20,7 @@ from trainjobs.jobs.repositories import checkpoints, jobs
 from trainjobs.jobs.repositories.jobs import JobFilter
 from trainjobs.jobs.tables import JobRow
 from trainjobs.jobs.timeline import document
-from trainjobs.service import code_uploads, owners
+from trainjobs.service import code_uploads, owners, store_deletions
 from trainjobs.service.auth import Principal
 from trainjobs.service.dispatch import Dispatcher
 from trainjobs.store import CheckpointStore
@@ -100,21 +100,13 @@ def delete(session: Session, principal: Principal, job_id: str, store: Checkpoin
         who = f"job {visible}" if visible else "a job of another owner"
         raise Conflict(f"{who} is queued to start from a checkpoint of job {job.id}: delete it once that has started")
     lifecycle.delete(session, locked)
-    on_commit(session, lambda: remove_files(store, job_id))
+    store_deletions.record(session, [job_id], tree=True)
+    on_commit(session, lambda: store_deletions.delete_now(store, [job_id], tree=True))
 
 
 def queued_starting_from(session: Session, job: JobRow) -> list[JobRow]:
     """Queued jobs that will start from one of `job`'s checkpoints (and have not read it yet)."""
     return jobs.queued_starting_from(session, [row.id for row in checkpoints.for_job(session, job.id)])
-
-
-def remove_files(store: CheckpointStore, job_id: str) -> None:
-    """The job's folder in the checkpoint store. A failure leaves files, never a job without
-    them: it is logged, and the rows are already gone."""
-    try:
-        store.delete_tree(job_id)
-    except Exception:
-        log.exception("job %s deleted, but its checkpoint files could not be removed", job_id)
 
 
 def parse_last_event_id(value: str | None) -> int:

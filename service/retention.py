@@ -15,6 +15,7 @@ from trainjobs.jobs import lifecycle
 from trainjobs.jobs.db import transaction
 from trainjobs.jobs.repositories import jobs
 from trainjobs.service import jobs as job_rules
+from trainjobs.service import store_deletions
 from trainjobs.store import CheckpointStore
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,8 @@ def delete_expired(
             if job is None or job_rules.queued_starting_from(session, job):
                 continue  # deleted meanwhile, or a queued job will start from it
             lifecycle.delete(session, job)
-        job_rules.remove_files(store, job_id)
+            store_deletions.record(session, [job_id], tree=True)
+        store_deletions.delete_now(store, [job_id], tree=True)
         deleted += 1
     if deleted:
         log.info("retention: deleted %d job(s) that ended over %s days ago", deleted, retention_days)

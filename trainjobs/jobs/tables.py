@@ -216,6 +216,21 @@ class DispatchIntentRow(Base):
     created_at: Mapped[datetime]
 
 
+class StoreDeletionRow(Base):
+    """A file (or a job's folder, `tree`) of the checkpoint store to delete: written in the
+    transaction that removed the rows naming it, deleted once the store says it is gone. The
+    background sweep tries each again, with back-off, until then (service.store_deletions)."""
+
+    __tablename__ = "store_deletions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    path: Mapped[str] = mapped_column(String(512))
+    tree: Mapped[bool] = mapped_column(Boolean, default=False)
+    tries: Mapped[int] = mapped_column(Integer, default=0)
+    next_try_at: Mapped[datetime] = mapped_column(index=True)
+    created_at: Mapped[datetime]
+
+
 class OwnerRow(Base):
     """An owner's sharing settings; an owner without a row has the defaults."""
 
