@@ -26,6 +26,7 @@ the launcher, its fork server and its ranks as one process group.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import logging
 import multiprocessing
@@ -45,6 +46,7 @@ import torch.multiprocessing as mp
 from trainjobs.contract.events import StateChange
 from trainjobs.contract.run import RankResult, RunRequest
 from trainjobs.store import CheckpointStore
+from trainjobs.worker import supervision
 from trainjobs.worker.log_shipper import LogShipper
 from trainjobs.worker.namespace_pids import use_host_pids
 from trainjobs.worker.rank import run_rank
@@ -111,6 +113,8 @@ def launch(
         outcome = _watch_ranks(ranks, context, parent, disk_bytes, stop)
     finally:
         parent.close()
+        if parent.gone():
+            _kill_the_rest_of_our_group()
         _end_ranks(context)
     if outcome is not None or parent.gone() or request.node_rank > 0:
         return outcome
@@ -268,6 +272,18 @@ def folder_bytes(folder: Path) -> int:
 def _past_disk_bound(limit: int | None) -> str:
     bound = f" of {limit:,} bytes" if limit else ""
     return f"the job's ranks wrote past their bound on disk{bound} (TRAINJOBS_JOB_DISK_BYTES)"
+
+
+def _kill_the_rest_of_our_group() -> None:
+    """The worker is gone: its lease runs out within seconds and the job's next attempt may start
+    elsewhere, so every process of this attempt goes at once (SIGKILL, not a rank's SIGTERM and its
+    data loader workers, which notice their rank gone only after seconds): the ranks and their
+    children, the fork server, or the sandbox's bubblewrap, whose PID namespace goes with it."""
+    me = os.getpid()
+    for pid in supervision.group_members(os.getpgrp()):
+        if pid != me:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _end_ranks(context) -> None:

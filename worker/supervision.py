@@ -201,8 +201,13 @@ def kill_process_group(launcher: subprocess.Popen[bytes]) -> None:
 
 
 def _group_alive(pgid: int) -> bool:
-    """Whether a process of the group still runs. A zombie does not count: it holds nothing,
+    return bool(group_members(pgid))
+
+
+def group_members(pgid: int) -> list[int]:
+    """The processes of the group that still run. A zombie does not count: it holds nothing,
     and where the host's init is slow to reap orphans (some containers) one lingers for seconds."""
+    members = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -212,5 +217,5 @@ def _group_alive(pgid: int) -> bool:
             continue
         state, _parent, group = stat[stat.rindex(")") + 2 :].split()[:3]
         if int(group) == pgid and state != "Z":
-            return True
-    return False
+            members.append(int(entry))
+    return members

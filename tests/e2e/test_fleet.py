@@ -15,6 +15,7 @@ from devstack import (
     PrivateRedis,
     find_launcher,
     pid_alive,
+    processes_of_job,
     rank_pids,
     tiny_wavenet_spec,
     wait_for_terminal,
@@ -99,6 +100,31 @@ def test_a_lost_worker_s_job_resumes_elsewhere_from_its_checkpoint_with_each_epo
     straight_id = client.post("/v1/jobs", json=spec).json()["id"]
     assert wait_for_terminal(client, straight_id, timeout=180)["state"] == "succeeded"
     assert_same_final_weights(client, job_id, straight_id, tmp_path)
+
+
+def test_a_worker_killed_alone_takes_every_process_of_its_job_with_it_at_once(stack_on, sqlite_url):
+    """Its launchers see it gone and kill the ranks and their data loader workers at once: a loader
+    worker asked nothing notices its rank gone only seconds later, and by then the lease may be out
+    and the job's next attempt running elsewhere (the chaos run's rank observer counts them)."""
+    stack = stack_on(sqlite_url, **FAST_FLEET)
+    client = stack.client(stack.token())
+    data = {"name": "synthetic-audio", "params": {"num_samples": 2048, "length": 256, "mu": 32, "num_workers": 2}}
+    job_id = client.post("/v1/jobs", json=long_job(data=data)).json()["id"]
+
+    def ranks_and_loaders() -> list[int]:  # each writes to its rank's log: 2 ranks, 2 loader workers each
+        found = [pid for pid in processes_of_job(job_id) if "/rank" in _stdout_of(pid)]
+        return found if len(found) >= 6 else []
+
+    running = wait_until(ranks_and_loaders, 60, interval=0.05, what="the ranks and their loader workers")
+    stack.kill_worker(f"worker-{stack.namespace}")
+    wait_until(lambda: not any(map(pid_alive, running)), 1.5, interval=0.05, what="all of them gone")
+
+
+def _stdout_of(pid: int) -> str:
+    try:
+        return os.readlink(f"/proc/{pid}/fd/1")
+    except OSError:
+        return ""
 
 
 def test_a_job_whose_worker_is_lost_max_attempts_times_fails_saying_so(stack_on, sqlite_url):
