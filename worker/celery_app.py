@@ -28,7 +28,7 @@ from trainjobs.settings import Settings
 from trainjobs.worker.devices import DevicePool
 from trainjobs.worker.heartbeat import Heartbeat
 from trainjobs.worker.job_runner import JobRunner
-from trainjobs.worker.network import address_towards
+from trainjobs.worker.network import wait_for_route
 from trainjobs.worker.reporter import EventReporter
 from trainjobs.worker.sandbox import unavailable_because
 from trainjobs.worker.state_notices import StateNotices
@@ -129,7 +129,7 @@ def run_worker(settings: Settings, pool: DevicePool, hostname: str | None = None
     """`address`: where other hosts reach this worker's ranks [the address of this host's route
     to Redis]."""
     hostname = hostname or socket.gethostname()
-    address = address or address_towards(settings.redis_url)
+    address = address or wait_for_route(settings.redis_url)
     client = redis_client(settings)
     app = create_worker_app(settings, pool, hostname, client, address)
     print(f"worker {hostname}: {pool.size} {pool.kind} slot(s); other hosts reach its ranks at {address}", flush=True)
