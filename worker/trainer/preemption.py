@@ -85,15 +85,17 @@ class StopAgreement:
 
 
 class ResumableSampler(DistributedSampler):
-    """A DistributedSampler that can start `skip` samples into its epoch's shard (set before
-    the epoch's loader iterator is made; 0 again for the next)."""
+    """A DistributedSampler that can start `skip` samples into its epoch's shard: set before the
+    epoch's loader iterator is made, and taken (then 0 again) by the iteration it starts. A loader
+    without workers begins that iteration at its first batch, not when its iterator is made."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.skip = 0
 
     def __iter__(self) -> Iterator:
-        return islice(super().__iter__(), self.skip, None)
+        skip, self.skip = self.skip, 0
+        return islice(super().__iter__(), skip, None)
 
     def __len__(self) -> int:
         return max(0, super().__len__() - self.skip)

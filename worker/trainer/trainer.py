@@ -230,7 +230,6 @@ class Trainer:
         self._epoch_batches = iter(self.train_loader)
         if resumed_rng is not None:
             torch.set_rng_state(resumed_rng)
-        self.train_sampler.skip = 0
         return skipped
 
     def _checkpoint_inside(self, epoch: int, step: int, loss_sum: torch.Tensor, samples: int) -> None:
