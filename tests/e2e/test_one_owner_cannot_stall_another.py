@@ -9,18 +9,19 @@ import json
 import pytest
 import redis
 
-from devstack import REDIS_URL, PrivateRedis, tiny_wavenet_spec, wait_for_terminal
+from devstack import REDIS_URL, PrivateRedis, processes_of_job, tiny_wavenet_spec, wait_for_terminal, wait_until
 from tests.service.test_bad_requests import body_with
 from trainjobs.contract.redis_keys import RedisKeys
 
 pytestmark = pytest.mark.e2e
 
 
-def assert_bob_s_job_runs_whole(bob, epochs: int = 2) -> None:
+def assert_bob_s_job_runs_whole(bob, epochs: int = 2) -> str:
     job_id = bob.post("/v1/jobs", json=tiny_wavenet_spec(epochs=epochs)).json()["id"]
     job = wait_for_terminal(bob, job_id, timeout=90)
     assert (job["state"], job["epoch"]) == ("succeeded", epochs), job
     assert [row["epoch"] for row in bob.get(f"/v1/jobs/{job_id}/metrics").json()["items"]] == list(range(1, epochs + 1))
+    return job_id
 
 
 FORGED = {  # bob's checkpoint, claimed for another job, its path leading out of that job's folder
@@ -84,9 +85,13 @@ def test_a_redis_that_requires_a_password_runs_jobs_end_to_end(stack_on, sqlite_
             redis.Redis(port=broker.port).ping()
         stack = stack_on(sqlite_url, redis_url=broker.url)
         bob = stack.client(stack.token("bob"))
-        assert_bob_s_job_runs_whole(bob)
-        # What the service wrote for the job is not readable by other users of the host.
+        job_id = assert_bob_s_job_runs_whole(bob)
+        # What the service wrote for the job is not readable by other users of the host, once its
+        # launcher is gone: until then its sandbox's slot is open to the ranks' user (0755), and the
+        # launcher now outlives the job's end by the moment it waits to see its last events applied.
+        wait_until(lambda: not processes_of_job(job_id), 30, what="the job's launcher to exit")
         written = [path for folder in ("checkpoints", "runs") for path in (stack.home / folder).rglob("*")]
-        assert written and all(path.stat().st_mode & 0o007 == 0 for path in written)
+        readable = [f"{path} {path.stat().st_mode:o}" for path in written if path.stat().st_mode & 0o007]
+        assert written and readable == []
     finally:
         broker.stop()
