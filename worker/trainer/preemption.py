@@ -48,7 +48,7 @@ class StopAgreement:
         self.world_size = world_size
         # A group of the ranks' own over gloo: CPU tensors, whatever the job's backend.
         self.group = dist.new_group(backend="gloo") if world_size > 1 else None
-        self._pending: tuple[torch.Tensor, dist.Work] | None = None
+        self._pending: tuple[torch.Tensor, dist.Work | None] | None = None
 
     def after_step(self) -> bool:
         """Called by every rank after every optimizer step: True when the ranks agreed to stop
@@ -76,12 +76,12 @@ class StopAgreement:
             work.wait()
         return bool(tensor.item())
 
-    def _vote(self, async_op: bool) -> tuple[torch.Tensor, dist.Work]:
+    def _vote(self, async_op: bool) -> tuple[torch.Tensor, dist.Work | None]:
         tensor = torch.tensor([1 if self.request.asked else 0], dtype=torch.int32)
         if self.group is None:
-            return tensor, None  # type: ignore[return-value]
+            return tensor, None
         work = dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=self.group, async_op=async_op)
-        return tensor, work  # type: ignore[return-value]
+        return tensor, work
 
 
 class ResumableSampler(DistributedSampler):
