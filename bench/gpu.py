@@ -20,7 +20,9 @@ from trainjobs.contract.spec import JobSpec
 from trainjobs.worker.local_run import local_request, train_locally
 
 
-def measure(gpus: int, strategy: str, precision: str, image_size: int, batch_size: int, epochs: int) -> float:
+def measure(
+    gpus: int, strategy: str, precision: str, image_size: int, batch_size: int, epochs: int, device: str = "cuda"
+) -> float:
     spec = JobSpec.model_validate(
         {
             "model": {"name": "resnet50"},
@@ -31,11 +33,11 @@ def measure(gpus: int, strategy: str, precision: str, image_size: int, batch_siz
                     "image_size": image_size,
                     "num_classes": 1000,
                     "val_fraction": 0.05,
-                    "num_workers": 4,
-                    "pin_memory": True,
+                    "num_workers": 4 if device == "cuda" else 0,
+                    "pin_memory": device == "cuda",
                 },
             },
-            "device": "cuda",
+            "device": device,
             "gpus": gpus,
             "strategy": strategy,
             "precision": precision,
@@ -57,21 +59,30 @@ def measure(gpus: int, strategy: str, precision: str, image_size: int, batch_siz
     return statistics.median(rates[1:])
 
 
-def run(gpus: int | None = None, image_size: int = 224, batch_size: int = 64, epochs: int = 3) -> dict:
-    """`python -m bench gpu`: every GPU of this host, the defaults above."""
-    gpus = torch.cuda.device_count() if gpus is None else gpus
+def run(
+    gpus: int | None = None,
+    image_size: int = 224,
+    batch_size: int = 64,
+    epochs: int = 3,
+    device: str = "cuda",
+    precisions: tuple[str, ...] = ("fp32", "bf16"),
+) -> dict:
+    """`python -m bench gpu`: every GPU of this host, the defaults above. `device="cpu"`: the same
+    path on cpu ranks (the smoke lane's form, tests/bench/)."""
+    gpus = (torch.cuda.device_count() if device == "cuda" else 1) if gpus is None else gpus
     if gpus < 1:
         raise SystemExit("no cuda device visible")
     rows = []
-    for precision in ("fp32", "bf16"):
+    for precision in precisions:
         for count in sorted({1, *range(2, gpus + 1)}):
-            for strategy in ("ddp", "dp") if count > 1 else ("ddp",):
-                rate = measure(count, strategy, precision, image_size, batch_size, epochs)
+            for strategy in ("ddp", "dp") if count > 1 and device == "cuda" else ("ddp",):
+                rate = measure(count, strategy, precision, image_size, batch_size, epochs, device)
                 rows.append(
                     {"precision": precision, "gpus": count, "strategy": strategy, "images_per_s": round(rate, 1)}
                 )
                 print(f"resnet50 {precision} {count} GPU(s) {strategy}: {rate:.1f} images/s", flush=True)
-    return {"gpu": {"device": torch.cuda.get_device_name(0), "rows": rows}}
+    name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
+    return {"gpu": {"device": name, "rows": rows}}
 
 
 def main() -> None:

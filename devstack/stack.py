@@ -60,13 +60,21 @@ class Stack:
         wait_until(self._ready, 30, what="the API's /readyz")
 
     def start_worker(
-        self, name: str = "worker", slots: int | None = None, prefix: list[str] | None = None, **env: str
+        self,
+        name: str = "worker",
+        slots: int | None = None,
+        prefix: list[str] | None = None,
+        cwd: Path | None = None,
+        gpus: str | None = None,
+        **env: str,
     ) -> subprocess.Popen:
         """`env`: this worker's own settings (another TRAINJOBS_HOME: a host that shares no disk).
-        `prefix`: what runs the worker (`ip netns exec NS`: a host of its own on the network)."""
+        `prefix`: what runs the worker (`ip netns exec NS`: a host of its own on the network).
+        `cwd`: its working directory. `gpus`: the cuda devices it owns ("0,1"), instead of cpu slots."""
         hostname = f"{name}-{self.namespace}"
-        args = ["worker", "--cpu-slots", str(slots or self.cpu_slots), "--hostname", hostname]
-        process = self._spawn(name, args, env, prefix)
+        devices = ["--gpus", gpus] if gpus else ["--cpu-slots", str(slots or self.cpu_slots)]
+        args = ["worker", *devices, "--hostname", hostname]
+        process = self._spawn(name, args, env, prefix, cwd)
         self.workers[hostname] = process
         return process
 
@@ -108,12 +116,20 @@ class Stack:
         return (self.logs / f"{name}.log").read_text()
 
     def _spawn(
-        self, name: str, args: list[str], env: dict[str, str] | None = None, prefix: list[str] | None = None
+        self,
+        name: str,
+        args: list[str],
+        env: dict[str, str] | None = None,
+        prefix: list[str] | None = None,
+        cwd: Path | None = None,
     ) -> subprocess.Popen:
+        """`python -P -m trainjobs.cli ARGS`: as the installed `trainjobs` command runs, with nothing
+        of its working directory (`cwd`) on the import path."""
         with open(self.logs / f"{name}.log", "ab") as log:  # the child keeps its own copy of the fd
             return subprocess.Popen(
-                [*(prefix or []), sys.executable, "-m", "trainjobs.cli", *args],
+                [*(prefix or []), sys.executable, "-P", "-m", "trainjobs.cli", *args],
                 env={**self.env, **(env or {})},
+                cwd=cwd,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,

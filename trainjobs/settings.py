@@ -114,6 +114,12 @@ class Settings(BaseSettings):
     sandbox_max_processes: int = Field(
         512, ge=16, le=1_000_000, description="processes and threads a job's ranks may have together"
     )
+    device_root: Path = Field(
+        Path("/dev"), description="where a GPU host's NVIDIA device nodes are (nvidia<id>, nvidiactl, ...)"
+    )
+    nvidia_driver_proc: Path = Field(
+        Path("/proc/driver/nvidia"), description="the NVIDIA driver's state (its gpus/ folder lists the GPUs)"
+    )
 
     # API.
     max_request_bytes: int = Field(1024 * 1024, ge=1024)

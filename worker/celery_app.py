@@ -122,6 +122,8 @@ def sandbox_options(settings: Settings) -> SandboxOptions | None:
         data_root=settings.data_root_path,
         max_processes=settings.sandbox_max_processes,
         max_file_bytes=settings.job_disk_bytes,
+        device_root=settings.device_root,
+        driver_proc=settings.nvidia_driver_proc,
     )
 
 

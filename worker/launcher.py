@@ -47,10 +47,12 @@ from trainjobs.contract.events import StateChange
 from trainjobs.contract.run import RankResult, RunRequest
 from trainjobs.store import CheckpointStore
 from trainjobs.worker import supervision
+from trainjobs.worker.fork_server_output import fork_server_output, fork_server_tail, remove_fork_server_log
+from trainjobs.worker.gpu_nodes import GpuNodes, MissingDevice
 from trainjobs.worker.log_shipper import LogShipper
 from trainjobs.worker.namespace_pids import use_host_pids
 from trainjobs.worker.rank import run_rank
-from trainjobs.worker.rank_files import read_rank_text
+from trainjobs.worker.rank_files import read_rank_text, without_server_paths
 from trainjobs.worker.rendezvous import Rendezvous, RendezvousRefused
 from trainjobs.worker.report_relay import ReportRelay
 from trainjobs.worker.reporter import EventReporter
@@ -82,7 +84,8 @@ def warm_up(sandboxed_python: Path | None = None) -> None:
         resource_tracker.ensure_running()  # outside: it is the launcher's, not the job's
         multiprocessing.set_executable(str(sandboxed_python))
     multiprocessing.set_forkserver_preload(FORK_SERVER_PRELOAD)
-    multiprocessing.forkserver.ensure_running()
+    with fork_server_output():  # what a rank says before its training starts lands there
+        multiprocessing.forkserver.ensure_running()
 
 
 def launch(
@@ -211,6 +214,8 @@ def _failure_or_late_success(request: RunRequest, local_rank: int, exit_code: in
     where = f" on {request.hostname}" if request.nodes > 1 else ""
     error = f"rank {rank}{where} failed ({how})"
     written = read_rank_text(request.rank_path, f"rank{rank}.error")  # never through a link the rank made
+    if not written and (written := fork_server_tail(TRACEBACK_LINES)):
+        error += " before its training started"  # its fork server's output says why
     if written and FILE_TOO_LARGE in written:  # Python ignores SIGXFSZ: the write raised EFBIG
         return StateChange(state="failed", stop_reason="error", error=_past_disk_bound(None))
     tail = ""
@@ -222,22 +227,6 @@ def _failure_or_late_success(request: RunRequest, local_rank: int, exit_code: in
         # "queued": the service requeues the whole job (attempt + 1) and it resumes elsewhere.
         return StateChange(state="queued", error=f"node {request.node_rank} lost its peers: {error}")
     return StateChange(state="failed", stop_reason="error", error=error)
-
-
-def without_server_paths(text: str, request: RunRequest) -> str:
-    """A job's error is shown to its owner: it names files by their place in the job's own
-    folders, or by file name, never by the server's absolute paths."""
-    for root, name in (
-        (request.data_root, "<data>"),
-        (request.checkpoint_dir, "<checkpoints>"),
-        (request.rank_dir, "<run>"),
-        (request.run_dir, "<run>"),
-        (request.code_dir, "<code>"),
-        (request.packages_dir, "<packages>"),
-    ):
-        if root:
-            text = text.replace(root.rstrip("/") + "/", name + "/")
-    return re.sub(r'File "(?:[^"]*/)?([^"/]+)"', r'File "\1"', text)
 
 
 def _success(request: RunRequest) -> StateChange | None:
@@ -303,7 +292,10 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s launcher %(levelname)s %(message)s")
     slot = None
     if args.slots is not None:
-        slot = Slot.claim(args.slots, args.data_root, args.host_network, args.max_processes, args.max_file_bytes)
+        gpu_nodes = GpuNodes(args.device_root, args.driver_proc)
+        slot = Slot.claim(
+            args.slots, args.data_root, args.host_network, args.max_processes, args.max_file_bytes, gpu_nodes
+        )
         os.chdir(slot.path)  # the ranks start from here: a place their sandbox has
     try:
         warm_up(slot.python if slot else None)
@@ -316,6 +308,7 @@ def main() -> None:
         _log_to(request.run_path / "launcher.log")
         outcome = run_attempt(request, slot, args.parent, args.max_file_bytes if slot else None, stop)
     finally:
+        remove_fork_server_log()
         if slot is not None:
             slot.release()
         # Interpreter shutdown puts the signal's default action back (it ends the process): a
@@ -340,7 +333,7 @@ def run_attempt(
                         files.owner_uid).start()  # fmt: skip
     shipper = LogShipper(files.rank_dir, reporter.send, cap_lines=request.log_lines_cap).start()
     try:
-        outcome = launch(request, parent_pid, client, ranks, disk_bytes, stop)
+        outcome = _sandbox_without_gpus(request, slot) or launch(request, parent_pid, client, ranks, disk_bytes, stop)
     finally:
         relay.finish(timeout=RELAY_SECONDS)  # every report, every checkpoint in the store, before the end
         shipper.stop()  # every line is sent before the final state
@@ -350,6 +343,21 @@ def run_attempt(
         log.info("job %s attempt %d: %s %s", request.job_id, request.attempt, outcome.state, outcome.stop_reason or "")
     reporter.flush(timeout=APPLIED_WAIT_SECONDS)  # sent again if Redis restarted and lost them
     return outcome
+
+
+def _sandbox_without_gpus(request: RunRequest, slot: Slot | None) -> StateChange | None:
+    """The leased GPUs into the sandbox, the fork server again in it (docs/design.md); or a failure."""
+    if slot is None or not request.devices:
+        return None
+    try:
+        slot.hold_gpus(request.devices)
+    except MissingDevice as error:
+        return StateChange(
+            state="failed", stop_reason="error", error=f"node {request.node_rank} ({request.hostname}): {error}"
+        )
+    multiprocessing.forkserver._forkserver._stop()  # type: ignore[attr-defined]
+    warm_up(slot.python)
+    return None
 
 
 RELAY_SECONDS = 600.0  # the last checkpoints' uploads, at most
@@ -362,6 +370,8 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--slots", type=Path, help="run the ranks in a sandbox, its slot under this folder")
     parser.add_argument("--data-root", type=Path, default=Path("/nonexistent"), help="read-only in the sandbox")
     parser.add_argument("--host-network", action="store_true", help="the sandbox keeps the host's network")
+    parser.add_argument("--device-root", type=Path, default=Path("/dev"), help="the GPUs' device nodes")
+    parser.add_argument("--driver-proc", type=Path, default=Path("/proc/driver/nvidia"), help="the driver's state")
     parser.add_argument("--max-processes", type=int, default=512, help="the ranks' processes and threads")
     parser.add_argument("--max-file-bytes", type=int, default=2**34, help="what the ranks may write")
     return parser.parse_args()

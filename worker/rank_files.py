@@ -1,14 +1,18 @@
 """Reading what ranks wrote in their folder (logs, errors, the result, checkpoint files), from the
 launcher, outside the sandbox: a rank owns that folder and could put a link in it to a file of the
 host's. Each file is opened through its folder's descriptors without following any link, and
-must be a regular file: a link, or a folder of links, is refused, never followed."""
+must be a regular file: a link, or a folder of links, is refused, never followed. What of it
+reaches the job's owner names no path of the server (`without_server_paths`)."""
 
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from typing import BinaryIO
+
+from trainjobs.contract.run import RunRequest
 
 
 class NotARankFile(OSError):
@@ -44,3 +48,19 @@ def read_rank_text(folder: Path, relative: str, limit: int = 1 << 20) -> str | N
             return file.read(limit).decode("utf-8", "replace")
     except (NotARankFile, OSError):
         return None
+
+
+def without_server_paths(text: str, request: RunRequest) -> str:
+    """A job's error is shown to its owner: it names files by their place in the job's own
+    folders, or by file name, never by the server's absolute paths."""
+    for root, name in (
+        (request.data_root, "<data>"),
+        (request.checkpoint_dir, "<checkpoints>"),
+        (request.rank_dir, "<run>"),
+        (request.run_dir, "<run>"),
+        (request.code_dir, "<code>"),
+        (request.packages_dir, "<packages>"),
+    ):
+        if root:
+            text = text.replace(root.rstrip("/") + "/", name + "/")
+    return re.sub(r'File "(?:[^"]*/)?([^"/]+)"', r'File "\1"', text)

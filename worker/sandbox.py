@@ -18,7 +18,8 @@ What the ranks get, and why:
   credential);
 - **a bound on the files they write** (RLIMIT_FSIZE), and the launcher watches the rank folder's
   size (`TRAINJOBS_JOB_DISK_BYTES`);
-- CUDA devices bound in on a GPU host.
+- **exactly the job's GPUs** on a GPU host: the driver's control nodes and the leased GPUs' device
+  nodes, no other GPU's (trainjobs.worker.gpu_nodes), given when the job arrives (`gpu_binds`).
 
 The launcher runs bubblewrap as root (it needs to hand the ranks another uid); a worker that is
 not root, or lacks the tools, has no sandbox (`unavailable_because`).
@@ -27,7 +28,6 @@ not root, or lacks the tools, has no sandbox (`unavailable_because`).
 from __future__ import annotations
 
 import fcntl
-import glob
 import os
 import shlex
 import shutil
@@ -35,6 +35,8 @@ import sys
 import sysconfig
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from trainjobs.worker.gpu_nodes import CUDA_ORDER
 
 TOOLS = ("bwrap", "setpriv", "prlimit")
 UID_BASE, UID_COUNT = 200_000, 4096  # the sandboxes' uids: none is a user of the host
@@ -53,6 +55,7 @@ ENVIRONMENT = {
     "LANG": "C.UTF-8",
     "PYTHONUNBUFFERED": "1",
     "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONSAFEPATH": "1",  # no working directory on the import path (the ranks start in their slot)
 }
 
 
@@ -93,7 +96,7 @@ class Sandbox:
     host_network: bool = False  # a multi-node job's ranks reach their peers
     max_processes: int = 512  # tasks (threads count) of the ranks together
     max_file_bytes: int = 2**34
-    devices: list[str] = field(default_factory=list)  # /dev/nvidia* on a GPU host
+    gpu_binds: list[str] = field(default_factory=list)  # the job's GPUs (gpu_nodes.GpuNodes.binds)
     read_only: list[str] = field(default_factory=list)  # more folders it reads (pip: the job's archive)
 
     def command(self, program: list[str], chdir: str | None = None) -> list[str]:
@@ -138,14 +141,12 @@ class Sandbox:
         for path in read_only:
             mounts += ["--ro-bind", path, path]
         mounts += ["--bind", str(self.slot), str(self.slot)]
-        for device in self.devices:
-            mounts += ["--dev-bind", device, device]
-        if self.devices:  # CUDA reads the driver's state here
-            mounts += ["--ro-bind-try", "/sys", "/sys", "--ro-bind-try", "/proc/driver/nvidia", "/proc/driver/nvidia"]
+        if self.gpu_binds:  # CUDA and NVML read the PCI devices' state in /sys
+            mounts += ["--ro-bind-try", "/sys", "/sys", *self.gpu_binds]
         return mounts
 
     def _environment(self) -> list[str]:
-        variables = dict(ENVIRONMENT)
+        variables = dict(ENVIRONMENT) | (CUDA_ORDER if self.gpu_binds else {})
         for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):  # the ranks' heap (launcher.warm_up)
             if name in os.environ:
                 variables[name] = os.environ[name]
@@ -186,7 +187,3 @@ def _parent_folders(paths: list[str]) -> list[str]:
         key=lambda parent: parent.count("/"),
     )
     return [argument for parent in made for argument in ("--perms", "0755", "--dir", parent)]
-
-
-def nvidia_devices() -> list[str]:
-    return sorted(glob.glob("/dev/nvidia*"))

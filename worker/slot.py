@@ -21,6 +21,7 @@ from pathlib import Path
 
 from trainjobs.contract.run import RunRequest
 from trainjobs.store import CheckpointStore
+from trainjobs.worker.gpu_nodes import GpuNodes, sandbox_ids
 from trainjobs.worker.sandbox import Sandbox, SandboxUsers
 
 log = logging.getLogger("trainjobs.launcher")
@@ -35,16 +36,33 @@ class Slot:
     sandbox: Sandbox
     python: Path  # runs this Python inside the sandbox (the fork server is started with it)
     user_lock: int  # the open lock file that holds the sandbox's uid
+    gpu_nodes: GpuNodes = GpuNodes()
 
     @classmethod
-    def claim(cls, slots: Path, data_root: Path, host_network: bool, max_processes: int, max_file_bytes: int) -> Slot:
+    def claim(
+        cls,
+        slots: Path,
+        data_root: Path,
+        host_network: bool,
+        max_processes: int,
+        max_file_bytes: int,
+        gpu_nodes: GpuNodes | None = None,
+    ) -> Slot:
         uid, user_lock = SandboxUsers(slots / "users").claim()
         path = slots / str(os.getpid())
         shutil.rmtree(path, ignore_errors=True)  # a slot a dead launcher of this pid left
         path.mkdir(parents=True)
         path.chmod(0o755)  # the launcher's umask (027) would shut the ranks' user out
         sandbox = Sandbox(path, uid, data_root, host_network, max_processes, max_file_bytes)
-        return cls(path, sandbox, sandbox.write_python(slots / f"{os.getpid()}.python"), user_lock)
+        python = sandbox.write_python(slots / f"{os.getpid()}.python")
+        return cls(path, sandbox, python, user_lock, gpu_nodes or GpuNodes())
+
+    def hold_gpus(self, gpus: list[int]) -> None:
+        """From now on the sandbox holds the driver and exactly these GPUs (the job's lease, known
+        only once the job arrives: the fork server must be started again after this).
+        gpu_nodes.MissingDevice for a GPU whose node this host lacks."""
+        self.sandbox.gpu_binds = self.gpu_nodes.binds(gpus, rdma=self.sandbox.host_network)
+        self.sandbox.write_python(self.python)
 
     def release(self) -> None:
         shutil.rmtree(self.path, onerror=_writable_then_retry)
@@ -89,6 +107,8 @@ class AttemptFiles:
                 "packages_dir": str(self.packages_dir) if self.packages_dir else None,
                 "resume_path": self._fetched(self.request.resume_path, RESUME_FILE),
                 "init_path": self._fetched(self.request.init_path, INIT_FILE),
+                # In the sandbox only the leased GPUs exist, numbered from 0 (trainjobs.worker.gpu_nodes).
+                "devices": sandbox_ids(self.request.devices) if self.slot else self.request.devices,
             }
         )
 

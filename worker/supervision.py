@@ -40,11 +40,15 @@ class SandboxOptions:
     data_root: Path
     max_processes: int
     max_file_bytes: int
+    device_root: Path = Path("/dev")  # where the GPUs' device nodes are (trainjobs.worker.gpu_nodes)
+    driver_proc: Path = Path("/proc/driver/nvidia")
 
     def arguments(self, host_network: bool) -> list[str]:
         return [
             f"--slots={self.slots}",
             f"--data-root={self.data_root}",
+            f"--device-root={self.device_root}",
+            f"--driver-proc={self.driver_proc}",
             f"--max-processes={self.max_processes}",
             f"--max-file-bytes={self.max_file_bytes}",
             *(["--host-network"] if host_network else []),
@@ -119,7 +123,9 @@ class LauncherPool:
         try:
             with open(self.log_path, "ab") as launcher_log:
                 return subprocess.Popen(
-                    [sys.executable, "-m", "trainjobs.worker.launcher", "--parent", str(os.getpid()), *sandbox],
+                    # -P: nothing of the worker's working directory on the import path (a folder
+                    # named trainjobs or torch there would shadow the installed packages).
+                    [sys.executable, "-P", "-m", "trainjobs.worker.launcher", "--parent", str(os.getpid()), *sandbox],
                     stdin=subprocess.PIPE,
                     stdout=launcher_log,
                     stderr=subprocess.STDOUT,
@@ -133,7 +139,8 @@ class LauncherPool:
 def launcher_environment() -> dict[str, str]:
     """The worker's environment without its own settings: a launcher is given all it needs in its
     request, and its ranks (unsandboxed, they inherit it) must not find the database URL."""
-    return {name: value for name, value in os.environ.items() if not name.startswith("TRAINJOBS_")}
+    kept = {name: value for name, value in os.environ.items() if not name.startswith("TRAINJOBS_")}
+    return kept | {"PYTHONSAFEPATH": "1"}  # and so for the fork server and unsandboxed ranks
 
 
 def has_exited(launcher: subprocess.Popen[bytes], within_seconds: float) -> bool:

@@ -11,7 +11,8 @@ import time
 from tests.worker.local_training import mlp_spec
 from trainjobs.contract.run import RunRequest
 from trainjobs.contract.spec import JobSpec
-from trainjobs.worker.launcher import RANK_MALLOC_ENV, ParentWatch, without_server_paths
+from trainjobs.worker.launcher import RANK_MALLOC_ENV, ParentWatch
+from trainjobs.worker.rank_files import without_server_paths
 
 
 def test_a_job_s_error_names_files_without_the_server_s_absolute_paths():
@@ -88,3 +89,46 @@ def test_a_stop_signal_sent_while_a_launcher_still_imports_waits_for_its_handler
     finally:
         launcher.kill()
         launcher.wait()
+
+
+RANK_DIES_IN_THE_FORK_SERVER = """
+import json, sys
+from pathlib import Path
+import torch.multiprocessing as mp
+from trainjobs.contract.run import RunRequest
+from trainjobs.worker.launcher import _failure_or_late_success, warm_up
+import shutil
+warm_up()
+extra = Path(sys.argv[1]) / "gone"
+extra.mkdir()
+(extra / "only_in_the_launcher.py").write_text("def train(local_rank):\\n    pass\\n")
+sys.path.insert(0, str(extra))
+import only_in_the_launcher
+shutil.rmtree(extra)  # the rank, forked from the fork server, cannot import its target
+context = mp.start_processes(only_in_the_launcher.train, nprocs=1, join=False, start_method="forkserver")
+context.processes[0].join(60)
+code = context.processes[0].exitcode
+request = RunRequest.model_validate_json(sys.argv[2])
+print(json.dumps({"code": code, "error": _failure_or_late_success(request, 0, code).error}))
+"""
+
+
+def test_a_rank_that_dies_in_the_fork_server_fails_its_job_with_the_reason(tmp_path):
+    request = RunRequest(
+        job_id="j1",
+        attempt=1,
+        spec=JobSpec.model_validate(mlp_spec()),
+        run_dir=str(tmp_path),
+        checkpoint_dir=str(tmp_path / "store"),
+        data_root=str(tmp_path / "data"),
+    )
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", RANK_DIES_IN_THE_FORK_SERVER, str(tmp_path), request.model_dump_json()],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found["code"] == 1
+    error = found["error"]
+    assert error.startswith("rank 0 failed (exit code 1) before its training started:"), error
+    assert "No module named 'only_in_the_launcher'" in error.splitlines()[-1], error

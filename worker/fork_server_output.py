@@ -1,0 +1,51 @@
+"""Where a launcher's fork server writes: a file of that launcher's own (by its pid), so that what
+a rank prints before its own error file exists (an import that fails as the fork server starts
+it, a sandbox that cannot run Python) reaches its job's error. The fork server keeps the output it
+was started with, and a waiting launcher starts it before it knows its job; without this it went
+to the host's launchers.log, and the job said only "rank 0 failed (exit code 1)"."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+TAIL_BYTES = 64 * 1024
+
+
+def fork_server_log() -> Path:
+    """This launcher's fork server's output (the launcher's, root's, 0600)."""
+    return Path(tempfile.gettempdir()) / f"trainjobs-forkserver-{os.getpid()}.log"
+
+
+@contextlib.contextmanager
+def fork_server_output() -> Iterator[None]:
+    """While a fork server starts: our stdout and stderr are its log file, then ours again."""
+    descriptor = os.open(fork_server_log(), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        os.dup2(descriptor, 1)
+        os.dup2(descriptor, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for kept in (*saved, descriptor):
+            os.close(kept)
+
+
+def fork_server_tail(lines: int) -> str | None:
+    """Its last `lines` lines, or None where it wrote nothing."""
+    try:
+        with open(fork_server_log(), "rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - TAIL_BYTES))
+            text = log.read().decode(errors="replace").strip()
+    except OSError:
+        return None
+    return "\n".join(text.splitlines()[-lines:]) or None
+
+
+def remove_fork_server_log() -> None:
+    fork_server_log().unlink(missing_ok=True)
