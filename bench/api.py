@@ -18,9 +18,7 @@ from devstack import REDIS_URL, Stack, new_token, sql_database, tiny_wavenet_spe
 from trainjobs.contract.spec import JobSpec
 
 
-def run(
-    sizes=(1_000, 100_000), databases=("sqlite", "postgresql"), concurrency=(1, 50, 200), seconds: int = 3
-) -> list[dict]:
+def run(sizes=(1_000, 100_000), databases=("sqlite", "postgresql"), concurrency=(1, 50, 200), seconds: int = 3) -> dict:
     if shutil.which("wrk") is None:
         raise RuntimeError("wrk is not installed (apt-get install wrk)")
     rows = []

@@ -6,7 +6,7 @@ both read this list and nothing else."""
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
@@ -19,6 +19,10 @@ class Benchmark:
     keys: tuple[str, ...]  # where bench/results.json keeps its figures
     in_make_bench: bool = True  # False: run only when named; a whole run keeps its last figures
     measured_by: str | None = None  # another benchmark's run measures it (not runnable alone)
+    # Its tiny form (seconds): `run`'s options for the smoke lane (tests/bench/), which runs every
+    # benchmark so, with BENCH_EPOCH_SECONDS short, and checks that its report finds every figure.
+    smoke: dict[str, Any] = field(default_factory=dict)
+    smoke_epoch_seconds: float = 0.5  # BENCH_EPOCH_SECONDS in its tiny form
 
     @property
     def runnable(self) -> bool:
@@ -58,25 +62,112 @@ CATALOGUE: tuple[Benchmark, ...] = tuple(
                 "Trainer overhead: the whole service against a plain DDP loop",
                 ("overhead", "scaling"),
                 False,
+                smoke={"epochs": 2, "repeats": 1, "configurations": [(1, "fp32", 1), (2, "fp32", 1)]},
             ),
-            Benchmark("sidebyside", "1b", "Side by side: two loops over the same seconds", ("side_by_side",), False),
-            Benchmark("turns", "1c", "Taking turns: the service's job and the plain loop", ("taking_turns",)),
-            Benchmark("gap", "1d", "Where a shortfall lies: one configuration taken apart", ("gap",), False),
-            Benchmark("sandbox_cost", "1e", "The sandbox's cost on throughput", ("sandbox_cost",)),
+            Benchmark(
+                "sidebyside",
+                "1b",
+                "Side by side: two loops over the same seconds",
+                ("side_by_side",),
+                False,
+                smoke={"configurations": [(1, "fp32", 1)], "control": (1, "fp32", 4)},
+                smoke_epoch_seconds=3,
+            ),
+            Benchmark(
+                "turns",
+                "1c",
+                "Taking turns: the service's job and the plain loop",
+                ("taking_turns",),
+                smoke={"configurations": [(1, "fp32", 1)], "controls": [(1, "fp32", 4)], "pairs": 2},
+            ),
+            Benchmark(
+                "gap",
+                "1d",
+                "Where a shortfall lies: one configuration taken apart",
+                ("gap",),
+                False,
+                smoke={"pairs": 1},
+            ),
+            Benchmark(
+                "sandbox_cost",
+                "1e",
+                "The sandbox's cost on throughput",
+                ("sandbox_cost",),
+                smoke={"configurations": [(1, "fp32", 1)], "pairs": 1},
+            ),
             Benchmark("scaling", "2", "Scaling on this machine (2 ranks / 1 rank)", ("scaling",), False, "overhead"),
-            Benchmark("dispatch", "3", "Start-up: POST to the end of the first optimizer step", ("dispatch",)),
-            Benchmark("code_startup", "3b", "Start-up of jobs with their own code", ("code_startup",)),
-            Benchmark("preemption", "3c", "A preemption: the preemptor's POST to its first step", ("preemption",)),
-            Benchmark("api", "4", "The API under dashboard load", ("api",)),
-            Benchmark("ingest", "5", "Metrics ingestion: the collector, Redis stream to SQL", ("ingest",)),
-            Benchmark("gpu", "6", "GPU: resnet50 through the trainer", ("gpu",), False),
-            Benchmark("fleet", "7", "A fleet of hosts", ("fleet",)),
-            Benchmark("search", "8", "Job search at 100,000 jobs", ("search",)),
+            Benchmark(
+                "dispatch",
+                "3",
+                "Start-up: POST to the end of the first optimizer step",
+                ("dispatch",),
+                smoke={"repeats": 1},
+            ),
+            Benchmark(
+                "code_startup", "3b", "Start-up of jobs with their own code", ("code_startup",), smoke={"repeats": 1}
+            ),
+            Benchmark(
+                "preemption",
+                "3c",
+                "A preemption: the preemptor's POST to its first step",
+                ("preemption",),
+                smoke={"repeats": 1},
+            ),
+            Benchmark(
+                "api",
+                "4",
+                "The API under dashboard load",
+                ("api",),
+                smoke={"sizes": (100,), "databases": ("sqlite",), "concurrency": (1,), "seconds": 1},
+            ),
+            Benchmark(
+                "ingest",
+                "5",
+                "Metrics ingestion: the collector, Redis stream to SQL",
+                ("ingest",),
+                smoke={"databases": ("sqlite",), "jobs": 2, "epochs": 3},
+            ),
+            Benchmark(
+                "gpu",
+                "6",
+                "GPU: resnet50 through the trainer",
+                ("gpu",),
+                False,
+                smoke={"device": "cpu", "image_size": 32, "batch_size": 2, "epochs": 2, "precisions": ("fp32",)},
+            ),
+            Benchmark("fleet", "7", "A fleet of hosts", ("fleet",), smoke={"rounds": 1, "megabytes": 1, "repeats": 1}),
+            Benchmark(
+                "search",
+                "8",
+                "Job search at 100,000 jobs",
+                ("search",),
+                smoke={"count": 300, "databases": ("sqlite",), "requests": 5},
+            ),
             Benchmark("memory", "9", "Memory of a 2-rank cpu job", ("memory",)),
-            Benchmark("polling", "10", "Polling a job", ("polling",)),
-            Benchmark("steps", "11", "Where a training step's time goes", ("steps",)),
-            Benchmark("sharing_rule", "12", "The sharing rule's cost", ("sharing_rule",)),
-            Benchmark("chaos", "13", "The chaos run: many faults over many jobs", ("chaos",), False),
+            Benchmark(
+                "polling",
+                "10",
+                "Polling a job",
+                ("polling",),
+                smoke={"sizes": (100,), "databases": ("sqlite",), "seconds": 4, "profile": False, "api_workers": 1},
+            ),
+            Benchmark(
+                "steps",
+                "11",
+                "Where a training step's time goes",
+                ("steps",),
+                smoke={"configurations": ((1, "fp32", 1),), "seconds": 1},
+                smoke_epoch_seconds=3,
+            ),
+            Benchmark("sharing_rule", "12", "The sharing rule's cost", ("sharing_rule",), smoke={"repeats": 1}),
+            Benchmark(
+                "chaos",
+                "13",
+                "The chaos run: many faults over many jobs",
+                ("chaos",),
+                False,
+                smoke={"minutes": 0.25, "seed": 1},
+            ),
         ),
         key=_section_order,
     )

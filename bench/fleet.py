@@ -89,5 +89,5 @@ def checkpoint_io(megabytes: int = 100, repeats: int = 3) -> list[dict]:
         s3.stop()
 
 
-def run() -> dict:
-    return {"fleet": {"throughput": throughput(), "checkpoint_io": checkpoint_io()}}
+def run(rounds: int = 2, megabytes: int = 100, repeats: int = 3) -> dict:
+    return {"fleet": {"throughput": throughput(rounds), "checkpoint_io": checkpoint_io(megabytes, repeats)}}

@@ -55,7 +55,7 @@ def latencies(client, params: dict, requests: int) -> list[float]:
     return taken
 
 
-def run(count: int = 100_000, databases=("sqlite", "postgresql"), requests: int = 200) -> list[dict]:
+def run(count: int = 100_000, databases=("sqlite", "postgresql"), requests: int = 200) -> dict:
     rows = []
     for database in databases:
         with tempfile.TemporaryDirectory() as scratch, sql_database(database, Path(scratch)) as url:

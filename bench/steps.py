@@ -14,13 +14,13 @@ cost.
 from __future__ import annotations
 
 import collections
+import math
 import os
 import re
 import shutil
 import subprocess
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 from bench.support.plain_ddp import run_plain_ddp
@@ -47,18 +47,25 @@ def rank_pids(run: str) -> list[int]:
     )
 
 
-def sample(pid: int, run: str, scratch: Path) -> dict:
-    """py-spy and perf stat over SECONDS of one rank: per loop line, its share of the samples."""
+def one_rank(run: str) -> int:
+    pids = rank_pids(run)
+    if not pids:  # its epochs are too short to be sampled (BENCH_EPOCH_SECONDS)
+        raise RuntimeError(f"the {run} run ended before its ranks could be sampled")
+    return pids[0]
+
+
+def sample(pid: int, run: str, scratch: Path, seconds: float = SECONDS) -> dict:
+    """py-spy and perf stat over `seconds` of one rank: per loop line, its share of the samples."""
     raw = scratch / f"{run}-{pid}.txt"
     counters = scratch / f"{run}-{pid}.perf"
     perf_command = "perf" if shutil.which("perf") else "true"  # optional: without it the counters read 0
     perf = subprocess.Popen(
         [perf_command, "stat", "-x", ",", "-o", str(counters), "-e", "task-clock,page-faults,context-switches",
-         "-p", str(pid), "--", "sleep", str(SECONDS)],
+         "-p", str(pid), "--", "sleep", str(seconds)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     subprocess.run(
-        [py_spy() or "py-spy", "record", "--pid", str(pid), "--duration", str(SECONDS), "--rate", "100",
+        [py_spy() or "py-spy", "record", "--pid", str(pid), "--duration", str(math.ceil(seconds)), "--rate", "100",
          "--nonblocking", "--format", "raw", "--output", str(raw)],
         check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
@@ -74,8 +81,8 @@ def sample(pid: int, run: str, scratch: Path) -> dict:
         "lines": {where: round(count / total, 4) for where, count in by_line.most_common()},
         "code": {where: source_line(where) for where in by_line},  # as it read when measured
         "cpu_seconds": round(figures.get("task-clock", 0.0) / 1000, 2),
-        "page_faults_per_s": round(figures.get("page-faults", 0.0) / SECONDS, 1),
-        "context_switches_per_s": round(figures.get("context-switches", 0.0) / SECONDS, 1),
+        "page_faults_per_s": round(figures.get("page-faults", 0.0) / seconds, 1),
+        "context_switches_per_s": round(figures.get("context-switches", 0.0) / seconds, 1),
     }
 
 
@@ -104,7 +111,7 @@ def source_line(where: str) -> str:
     return (Path(__file__).resolve().parents[1] / path).read_text().splitlines()[int(line) - 1].strip()
 
 
-def run(configurations=((1, "fp32", 1), (1, "fp32", 4), (2, "fp32", 4))) -> list[dict]:
+def run(configurations=((1, "fp32", 1), (1, "fp32", 4), (2, "fp32", 4)), seconds: float = SECONDS) -> dict:
     rows = []
     with tempfile.TemporaryDirectory() as scratch, sql_database("sqlite", Path(scratch)) as url:
         stack, threads = default_stack(scratch, url)
@@ -117,17 +124,18 @@ def run(configurations=((1, "fp32", 1), (1, "fp32", 4), (2, "fp32", 4))) -> list
                 wait_until_quiet()
                 job_id = client.post("/v1/jobs", json=spec).json()["id"]
                 wait_until(lambda job_id=job_id: client.get(f"/v1/jobs/{job_id}").json()["epoch"] >= 1, 600)
-                row["service"] = sample(rank_pids("service")[0], "service", Path(scratch))
+                row["service"] = sample(one_rank("service"), "service", Path(scratch), seconds)
                 wait_for_terminal(client, job_id, timeout=600)
 
                 wait_until_quiet()
-                plain = threading.Thread(
-                    target=run_plain_ddp, args=(JobSpec.model_validate(spec), f"{scratch}/plain.json", threads)
-                )
+                results = Path(scratch) / f"plain-{len(rows)}.json"
+                plain_args = (JobSpec.model_validate(spec), str(results), threads)
+                plain = threading.Thread(target=run_plain_ddp, args=plain_args)
                 plain.start()
-                wait_until(lambda: rank_pids("plain"), 60, what="the plain loop's ranks")
-                time.sleep(20)  # start-up and the first epoch (about 12 s)
-                row["plain"] = sample(rank_pids("plain")[0], "plain", Path(scratch))
+                # Past start-up and the first epoch, as the service's side: its rank 0 writes the
+                # results file after each epoch.
+                wait_until(results.exists, 600, what="the plain loop's first epoch")
+                row["plain"] = sample(one_rank("plain"), "plain", Path(scratch), seconds)
                 plain.join()
                 print_row(row)
                 rows.append(row)

@@ -83,21 +83,31 @@ def child_pids(pid: int) -> list[int]:
 
 
 def rank_pids(job_id: str, timeout: float = 15) -> dict[int, int]:
-    """{rank: pid} of a running job, told by the log file each rank's stdout points at."""
+    """{rank: pid} of a running job, told by the log file each rank's stdout points at. A rank's
+    data-loader workers write to that log too: a rank is the one whose parent does not (a test
+    that stopped a loader worker for its rank saw the rank go on to its next step)."""
 
     def ranks():
         launcher = find_launcher(job_id)
-        found = {}
+        outputs = {}
         for pid in descendants(launcher) if launcher else []:
             try:
-                target = os.readlink(f"/proc/{pid}/fd/1")
+                outputs[pid] = (os.readlink(f"/proc/{pid}/fd/1"), parent_pid(pid))
             except OSError:
                 continue
-            if "/rank" in target and target.endswith(".log"):
+        found = {}
+        for pid, (target, parent) in outputs.items():
+            is_rank_log = "/rank" in target and target.endswith(".log")
+            if is_rank_log and outputs.get(parent, ("", 0))[0] != target:
                 found[int(target.rsplit("/rank", 1)[1].removesuffix(".log"))] = pid
         return found
 
     return wait_until(ranks, timeout, what=f"the ranks of job {job_id}")
+
+
+def parent_pid(pid: int) -> int:
+    # /proc/PID/stat: "pid (command) state ppid ...", where the command may hold spaces.
+    return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
 
 
 def pid_alive(pid: int) -> bool:

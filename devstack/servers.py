@@ -33,19 +33,30 @@ class MotoS3:
 
     def start(self) -> MotoS3:
         binary = Path(sys.executable).parent / "moto_server"
-        self.process = subprocess.Popen(
-            [str(binary), "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        self.log = Path(tempfile.mkstemp(prefix="moto-", suffix=".log")[1])
+        with open(self.log, "ab") as log:  # the child keeps its own copy of the fd
+            self.process = subprocess.Popen(
+                [str(binary), "-H", "127.0.0.1", "-p", str(self.port)], stdout=log, stderr=subprocess.STDOUT
+            )
         wait_until(self._answers, 20, what="moto's S3 server")
         httpx.put(f"{self.env['AWS_ENDPOINT_URL']}/{self.bucket}").raise_for_status()
         return self
+
+    def restarted_because(self) -> str | None:
+        """Starts the server again, on its port with its bucket (empty), if it is no longer running,
+        and says how it ended. Once in a CI run of the whole suite it was gone (connection refused)
+        when a later test used it, and why was not seen: its output went nowhere then."""
+        if self.process is None or self.process.poll() is None:
+            return None
+        reason = f"moto's S3 server had exited with code {self.process.returncode}: {self.log.read_text()[-2000:]}"
+        self.start()
+        return reason
 
     def stop(self) -> None:
         if self.process:
             self.process.terminate()
             self.process.wait(timeout=10)
+            self.log.unlink(missing_ok=True)
 
     def objects(self, prefix: str) -> dict[str, int]:
         """Key -> size of every object under `prefix`, read over the S3 API."""

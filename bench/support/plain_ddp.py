@@ -9,6 +9,7 @@ import socket
 import time
 from contextlib import nullcontext
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -61,9 +62,11 @@ def _rank(rank: int, world_size: int, port: int, spec_json: str, result_path: st
         epoch_windows.append((started_at, time.time()))
         epoch_samples.append(samples * world_size)
         total += samples * world_size
-    if rank == 0:
-        figures = {"epoch_windows": epoch_windows, "epoch_samples": epoch_samples, "trained": trained}
-        Path(result_path).write_text(json.dumps({"samples_per_second": epoch_rates, **figures}))
+        if rank == 0:  # after each epoch, so that a benchmark can wait for one (bench/steps.py)
+            figures = {"epoch_windows": epoch_windows, "epoch_samples": epoch_samples, "trained": trained}
+            partial = Path(f"{result_path}.partial")
+            partial.write_text(json.dumps({"samples_per_second": epoch_rates, **figures}))
+            partial.replace(result_path)
     dist.destroy_process_group()
     os._exit(0)
 
@@ -115,7 +118,6 @@ if __name__ == "__main__":
     # `python -m bench.support.plain_ddp SPEC.json RESULT.json [THREADS] [--fork-server]`: the plain loop as a
     # user starts it from a shell; THREADS per rank, by default the cores shared among the ranks.
     import sys
-    from pathlib import Path
 
     fork_server = "--fork-server" in sys.argv
     arguments = [argument for argument in sys.argv[1:] if argument != "--fork-server"]

@@ -15,7 +15,10 @@ ROLES = ("ranks", "launcher", "worker", "api", "redis", "sql", "other")
 def role_of(cmdline: str, parent_cmdline: str) -> str:
     if "trainjobs.cli api" in parent_cmdline:
         return "api"  # one of several API processes, spawned by the API's supervisor
-    if "spawn_main" in cmdline or ("multiprocessing.forkserver" in parent_cmdline and "forkserver" in cmdline):
+    # A rank forked from a launcher's fork server has that Python for parent; in a sandbox, the fork
+    # server's own parents (prlimit, bubblewrap, setpriv) carry its command line too.
+    forked = _is_python(parent_cmdline) and "multiprocessing.forkserver" in parent_cmdline and "forkserver" in cmdline
+    if "spawn_main" in cmdline or forked:
         return "ranks"  # a plain script's spawned rank, or a rank forked from a launcher's fork server
     if "trainjobs.worker.launcher" in cmdline or "multiprocessing." in cmdline:
         return "launcher"  # a launcher, its fork server and resource tracker
@@ -27,6 +30,10 @@ def role_of(cmdline: str, parent_cmdline: str) -> str:
     if "postgres" in cmdline:
         return "sql"
     return "other"
+
+
+def _is_python(cmdline: str) -> bool:
+    return Path(cmdline.split(" ", 1)[0]).name.startswith("python")
 
 
 def read_process(pid: str) -> tuple[str, int, float, float] | None:
