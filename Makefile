@@ -1,4 +1,4 @@
-# trainjobs: `make demo` brings the stack up and runs the example job; `make test` runs the tests.
+# trainjobs: `make demo` brings the stack up and runs the example job; `make check test chaos` runs the tests.
 PYTHON ?= python3
 VENV ?= .venv
 # The CPU build on this kind of machine's disk. On a GPU host: make install TORCH_SPEC='torch>=2.4,<2.15'
@@ -7,7 +7,7 @@ TORCH_SPEC ?= torch==2.13.0
 # CUDA builds that also run on the CPU). PyPI's torchvision does not import beside 2.13.0+cpu.
 VISION_SPEC ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: install install-vision services lint test demo bench clean
+.PHONY: install install-vision services bench-tools lint check test chaos gpu-check demo bench clean
 
 install: $(VENV)/.installed
 
@@ -31,8 +31,26 @@ services:
 lint: install
 	VENV_BIN=$(VENV)/bin bash scripts/static-checks
 
-test: install install-vision services lint
-	$(VENV)/bin/pytest
+# wrk and py-spy: the benchmarks' smoke lane (tests/bench/) runs every benchmark in a tiny form.
+bench-tools: install
+	command -v wrk >/dev/null || (apt-get install -y -q wrk >/dev/null || (apt-get update -q >/dev/null && apt-get install -y -q wrk >/dev/null))
+	$(VENV)/bin/pip install --quiet py-spy
+
+# The three test lanes (tests/lanes.py says which test is in which); each prints its time at its
+# end. CI runs all three: make check test chaos.
+check: install services lint
+	$(VENV)/bin/pytest --lane check
+
+test: install install-vision services
+	$(VENV)/bin/pytest --lane test
+
+chaos: install install-vision services bench-tools
+	$(VENV)/bin/pytest --lane chaos
+
+# On a host with NVIDIA GPUs (installed with a CUDA torch): every CUDA path through a real stack,
+# one table (scripts/gpu_check.py). Without a GPU it says so and exits 0.
+gpu-check: install services
+	$(VENV)/bin/python scripts/gpu_check.py
 
 demo: install
 	bash scripts/ensure-services redis
@@ -41,7 +59,5 @@ demo: install
 clean:
 	rm -rf $(VENV) .trainjobs .pytest_cache .mypy_cache .ruff_cache
 
-bench: install install-vision services
-	command -v wrk >/dev/null || apt-get install -y -q wrk >/dev/null
-	$(VENV)/bin/pip install --quiet py-spy  # the profiles in BENCHMARKS.md §10 and §11
+bench: install install-vision services bench-tools  # py-spy: the profiles in BENCHMARKS.md §10 and §11
 	$(VENV)/bin/python -m bench

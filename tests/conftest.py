@@ -1,12 +1,15 @@
 from __future__ import annotations
 
 import secrets
+import warnings
 
 import pytest
 from fastapi.testclient import TestClient
 
 from devstack import REDIS_URL, Stack, clear_namespace, new_token, sql_database
 from trainjobs.settings import Settings
+
+pytest_plugins = ["tests.lanes"]  # --lane check|test|chaos
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -87,12 +90,20 @@ def stack_on(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def s3_server():
+def moto_s3():
     from devstack import MotoS3
 
     server = MotoS3().start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def s3_server(moto_s3):
+    """The session's moto server, started again (with a warning saying how it ended) if it died."""
+    if reason := moto_s3.restarted_because():
+        warnings.warn(reason, stacklevel=1)
+    return moto_s3
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,5 @@
 """Every built-in model trains end to end through the service on 2 CPU ranks, in fp32 and in
-bf16 with accumulation 2 (torchvision for resnet50 comes with `make test`)."""
+bf16 with accumulation 2 (torchvision for resnet50 comes with `make test` and `make chaos`)."""
 
 import pytest
 
