@@ -38,8 +38,10 @@ bench-tools: install
 
 # The three test lanes (tests/lanes.py says which test is in which); each prints its time at its
 # end. CI runs all three: make check test chaos.
+# check runs on every core (pytest-xdist): its tests share nothing (each has its own database,
+# Redis namespace and folders).
 check: install services lint
-	$(VENV)/bin/pytest --lane check
+	$(VENV)/bin/pytest --lane check -n auto
 
 test: install install-vision services
 	$(VENV)/bin/pytest --lane test

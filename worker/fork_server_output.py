@@ -36,11 +36,21 @@ def fork_server_output() -> Iterator[None]:
             os.close(kept)
 
 
-def fork_server_tail(lines: int) -> str | None:
-    """Its last `lines` lines, or None where it wrote nothing."""
+def fork_server_written() -> int:
+    """How much it has written so far: what comes later is about the ranks started after now (a
+    rank's own output goes to its rank log from its first line of training on)."""
+    try:
+        return fork_server_log().stat().st_size
+    except OSError:
+        return 0
+
+
+def fork_server_tail(lines: int, since: int = 0) -> str | None:
+    """Its last `lines` lines written past `since`, or None where it wrote nothing there (what it
+    said as it warmed up, before the job's ranks were started, is not about them)."""
     try:
         with open(fork_server_log(), "rb") as log:
-            log.seek(max(0, log.seek(0, os.SEEK_END) - TAIL_BYTES))
+            log.seek(max(since, log.seek(0, os.SEEK_END) - TAIL_BYTES))
             text = log.read().decode(errors="replace").strip()
     except OSError:
         return None

@@ -47,7 +47,12 @@ from trainjobs.contract.events import StateChange
 from trainjobs.contract.run import RankResult, RunRequest
 from trainjobs.store import CheckpointStore
 from trainjobs.worker import supervision
-from trainjobs.worker.fork_server_output import fork_server_output, fork_server_tail, remove_fork_server_log
+from trainjobs.worker.fork_server_output import (
+    fork_server_output,
+    fork_server_tail,
+    fork_server_written,
+    remove_fork_server_log,
+)
 from trainjobs.worker.gpu_nodes import GpuNodes, MissingDevice
 from trainjobs.worker.log_shipper import LogShipper
 from trainjobs.worker.namespace_pids import use_host_pids
@@ -108,12 +113,13 @@ def launch(
         return StateChange(
             state="failed", stop_reason="error", error=f"node {request.node_rank} ({request.hostname}): {error}"
         )
+    fork_server_before = fork_server_written()
     context = _start_ranks(ranks, rendezvous)
     parent = ParentWatch(parent_pid)
     try:
         stop = stop or StopRelay()
         stop.ranks_started(context.processes)
-        outcome = _watch_ranks(ranks, context, parent, disk_bytes, stop)
+        outcome = _watch_ranks(ranks, context, parent, disk_bytes, stop, fork_server_before)
     finally:
         parent.close()
         if parent.gone():
@@ -136,12 +142,18 @@ def _start_ranks(ranks: RunRequest, rendezvous: Rendezvous):
 
 
 def _watch_ranks(
-    request: RunRequest, context, parent: ParentWatch, disk_bytes: int | None, stop: StopRelay
+    request: RunRequest,
+    context,
+    parent: ParentWatch,
+    disk_bytes: int | None,
+    stop: StopRelay,
+    fork_server_before: int = 0,
 ) -> StateChange | None:
     """Asleep until a rank exits, the worker goes or the deadline passes (and, with a bound on
     the ranks' files, every DISK_CHECK_SECONDS), rather than waking twice a second for nothing
     beside the job's ranks. None when the ranks all ended or the worker went; else the state to
-    report (a rank failed, the job ran past its time or wrote past its bound)."""
+    report (a rank failed, the job ran past its time or wrote past its bound). `fork_server_before`:
+    how much the fork server had written when the ranks were started."""
     runtime = request.spec.max_runtime_seconds
     deadline = time.monotonic() + runtime if runtime else None
     while True:
@@ -160,9 +172,9 @@ def _watch_ranks(
             if context.join(timeout=0):
                 return None
         except mp.ProcessExitedException as error:
-            return _failure_or_late_success(request, error.error_index, error.exit_code)
+            return _failure_or_late_success(request, error.error_index, error.exit_code, fork_server_before)
         except mp.ProcessRaisedException as error:
-            return _failure_or_late_success(request, error.error_index, 1)
+            return _failure_or_late_success(request, error.error_index, 1, fork_server_before)
         if parent.gone():
             log.error("worker %s is gone; ending ranks", parent.parent_pid)
             return None
@@ -202,7 +214,9 @@ PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|Brok
 PEER_LOSS_GRACE_SECONDS = 5.0
 
 
-def _failure_or_late_success(request: RunRequest, local_rank: int, exit_code: int) -> StateChange:
+def _failure_or_late_success(
+    request: RunRequest, local_rank: int, exit_code: int, fork_server_before: int = 0
+) -> StateChange:
     success = _success(request)
     if success is not None:
         log.warning("rank %d exited with %s after the job finished; the job's result stands", local_rank, exit_code)
@@ -214,7 +228,7 @@ def _failure_or_late_success(request: RunRequest, local_rank: int, exit_code: in
     where = f" on {request.hostname}" if request.nodes > 1 else ""
     error = f"rank {rank}{where} failed ({how})"
     written = read_rank_text(request.rank_path, f"rank{rank}.error")  # never through a link the rank made
-    if not written and (written := fork_server_tail(TRACEBACK_LINES)):
+    if not written and (written := fork_server_tail(TRACEBACK_LINES, since=fork_server_before)):
         error += " before its training started"  # its fork server's output says why
     if written and FILE_TOO_LARGE in written:  # Python ignores SIGXFSZ: the write raised EFBIG
         return StateChange(state="failed", stop_reason="error", error=_past_disk_bound(None))

@@ -132,3 +132,45 @@ def test_a_rank_that_dies_in_the_fork_server_fails_its_job_with_the_reason(tmp_p
     error = found["error"]
     assert error.startswith("rank 0 failed (exit code 1) before its training started:"), error
     assert "No module named 'only_in_the_launcher'" in error.splitlines()[-1], error
+
+
+RANK_KILLED_IN_TRAINING_AFTER_A_NOISY_WARM_UP = """
+import json, os, signal, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])  # before the fork server starts: it takes the import path then
+Path(sys.argv[1], "sleeper.py").write_text("import time\\ndef train(local_rank):\\n    time.sleep(60)\\n")
+import torch.multiprocessing as mp
+import sleeper
+from trainjobs.contract.run import RunRequest
+from trainjobs.worker.fork_server_output import fork_server_log, fork_server_written
+from trainjobs.worker.launcher import _failure_or_late_success, warm_up
+warm_up()
+with open(fork_server_log(), "a") as log:  # what a fork server may say as it imports
+    log.write("UserWarning: a library's warning at import\\n")
+before = fork_server_written()
+context = mp.start_processes(sleeper.train, nprocs=1, join=False, start_method="forkserver")
+os.kill(context.processes[0].pid, signal.SIGKILL)
+context.processes[0].join(60)
+code = context.processes[0].exitcode
+request = RunRequest.model_validate_json(sys.argv[2])
+print(json.dumps({"code": code, "error": _failure_or_late_success(request, 0, code, before).error}))
+"""
+
+
+def test_a_rank_killed_in_training_is_not_blamed_on_what_its_fork_server_said_at_warm_up(tmp_path):
+    request = RunRequest(
+        job_id="j1",
+        attempt=1,
+        spec=JobSpec.model_validate(mlp_spec()),
+        run_dir=str(tmp_path),
+        checkpoint_dir=str(tmp_path / "store"),
+        data_root=str(tmp_path / "data"),
+    )
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", RANK_KILLED_IN_TRAINING_AFTER_A_NOISY_WARM_UP, str(tmp_path),
+         request.model_dump_json()],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found == {"code": -9, "error": "rank 0 failed (signal SIGKILL)"}, found

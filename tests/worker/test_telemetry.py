@@ -10,7 +10,7 @@ def sleepy_spec(num_workers: int) -> dict:
         "model": {"name": "mlp", "params": {"hidden": [2048, 2048]}},
         "data": {
             "name": "sleepy-blobs",
-            "params": {"num_samples": 300, "sleep_seconds": 0.001, "num_workers": num_workers},
+            "params": {"num_samples": 300, "sleep_seconds": 0.003, "num_workers": num_workers},
         },
         "device": "cpu",
         "gpus": 1,
@@ -23,7 +23,9 @@ def sleepy_spec(num_workers: int) -> dict:
 
 def test_a_slow_loader_shows_a_high_data_wait_and_loader_workers_bring_it_down(plugin_installed, tmp_path):
     alone = run_locally(tmp_path, "alone", sleepy_spec(num_workers=0))
-    helped = run_locally(tmp_path, "helped", sleepy_spec(num_workers=2))
+    # 3 ms a sample: a batch waits 60 ms alone, 15 ms with 4 workers, against 15-50 ms of compute
+    # (the latter on 2 busy cores), so the fraction stands apart even with other tests running.
+    helped = run_locally(tmp_path, "helped", sleepy_spec(num_workers=4))
     assert alone.outcome.state == helped.outcome.state == "succeeded"
     waited_alone = max(row["data_wait_fraction"] for row in alone.metrics)
     waited_helped = [row["data_wait_fraction"] for row in helped.metrics][-1]  # its workers warmed up
