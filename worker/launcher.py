@@ -142,12 +142,7 @@ def _start_ranks(ranks: RunRequest, rendezvous: Rendezvous):
 
 
 def _watch_ranks(
-    request: RunRequest,
-    context,
-    parent: ParentWatch,
-    disk_bytes: int | None,
-    stop: StopRelay,
-    fork_server_before: int = 0,
+    request: RunRequest, context, parent: ParentWatch, disk_bytes: int | None, stop: StopRelay, fork_server_before: int
 ) -> StateChange | None:
     """Asleep until a rank exits, the worker goes or the deadline passes (and, with a bound on
     the ranks' files, every DISK_CHECK_SECONDS), rather than waking twice a second for nothing
