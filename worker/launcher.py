@@ -27,13 +27,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import logging
 import multiprocessing
 import multiprocessing.connection
 import multiprocessing.forkserver
 import os
-import re
 import signal
 import sys
 import time
@@ -44,30 +42,23 @@ import redis
 import torch.multiprocessing as mp
 
 from trainjobs.contract.events import StateChange
-from trainjobs.contract.run import RankResult, RunRequest
+from trainjobs.contract.run import RunRequest
 from trainjobs.store import CheckpointStore
 from trainjobs.worker import supervision
-from trainjobs.worker.fork_server_output import (
-    fork_server_output,
-    fork_server_tail,
-    fork_server_written,
-    remove_fork_server_log,
-)
+from trainjobs.worker.fork_server_output import fork_server_output, fork_server_written, remove_fork_server_log
 from trainjobs.worker.gpu_nodes import GpuNodes, MissingDevice
 from trainjobs.worker.log_shipper import LogShipper
 from trainjobs.worker.namespace_pids import use_host_pids
 from trainjobs.worker.rank import run_rank
-from trainjobs.worker.rank_files import read_rank_text, without_server_paths
+from trainjobs.worker.rank_outcome import failure_or_late_success, past_disk_bound, ranks_not_started, success
 from trainjobs.worker.rendezvous import Rendezvous, RendezvousRefused
 from trainjobs.worker.report_relay import ReportRelay
 from trainjobs.worker.reporter import EventReporter
 from trainjobs.worker.slot import AttemptFiles, Slot
 from trainjobs.worker.stop_relay import RESEND_SECONDS, StopRelay
-from trainjobs.worker.trainer.trainer import PREEMPTED
 
 log = logging.getLogger("trainjobs.launcher")
 
-TRACEBACK_LINES = 12
 FORK_SERVER_PRELOAD = ["trainjobs.worker.warm_imports"]
 
 # glibc's heap for the fork server and so for every rank: blocks under 64 MiB come from the heap,
@@ -114,7 +105,10 @@ def launch(
             state="failed", stop_reason="error", error=f"node {request.node_rank} ({request.hostname}): {error}"
         )
     fork_server_before = fork_server_written()
-    context = _start_ranks(ranks, rendezvous)
+    try:
+        context = _start_ranks(ranks, rendezvous)
+    except (OSError, EOFError) as error:  # the fork server is gone: no rank was forked
+        return ranks_not_started(ranks, error)
     parent = ParentWatch(parent_pid)
     try:
         stop = stop or StopRelay()
@@ -127,7 +121,7 @@ def launch(
         _end_ranks(context)
     if outcome is not None or parent.gone() or request.node_rank > 0:
         return outcome
-    return _success(ranks) or StateChange(
+    return success(ranks) or StateChange(
         state="failed", stop_reason="error", error="all ranks exited but rank 0 wrote no result"
     )
 
@@ -158,7 +152,7 @@ def _watch_ranks(
         if disk_bytes is not None:
             timeouts.append(DISK_CHECK_SECONDS)
             if folder_bytes(request.rank_path) > disk_bytes:
-                return StateChange(state="failed", stop_reason="error", error=_past_disk_bound(disk_bytes))
+                return StateChange(state="failed", stop_reason="error", error=past_disk_bound(disk_bytes))
         if stop.asked:  # a preemption: asked again until they stop
             stop.forward()
             timeouts.append(RESEND_SECONDS)
@@ -167,9 +161,9 @@ def _watch_ranks(
             if context.join(timeout=0):
                 return None
         except mp.ProcessExitedException as error:
-            return _failure_or_late_success(request, error.error_index, error.exit_code, fork_server_before)
+            return failure_or_late_success(request, error.error_index, error.exit_code, fork_server_before)
         except mp.ProcessRaisedException as error:
-            return _failure_or_late_success(request, error.error_index, 1, fork_server_before)
+            return failure_or_late_success(request, error.error_index, 1, fork_server_before)
         if parent.gone():
             log.error("worker %s is gone; ending ranks", parent.parent_pid)
             return None
@@ -202,57 +196,7 @@ class ParentWatch:
         self.fds = []
 
 
-# What a rank's traceback says when a peer on another host went away: its connections closed.
-PEER_LOST = re.compile(r"Connection closed by peer|Connection reset by peer|Broken pipe|ECONNRESET", re.IGNORECASE)
-# A node that saw its peers go waits this long before saying so: if a peer's rank failed for a
-# reason of its own, that node's report ("failed", with the traceback) arrives first and stands.
-PEER_LOSS_GRACE_SECONDS = 5.0
-
-
-def _failure_or_late_success(
-    request: RunRequest, local_rank: int, exit_code: int, fork_server_before: int = 0
-) -> StateChange:
-    success = _success(request)
-    if success is not None:
-        log.warning("rank %d exited with %s after the job finished; the job's result stands", local_rank, exit_code)
-        return success
-    if exit_code == -signal.SIGXFSZ:  # a file past the sandbox's bound (RLIMIT_FSIZE)
-        return StateChange(state="failed", stop_reason="error", error=_past_disk_bound(None))
-    rank = request.global_rank(local_rank)
-    how = f"exit code {exit_code}" if exit_code >= 0 else f"signal {signal.Signals(-exit_code).name}"
-    where = f" on {request.hostname}" if request.nodes > 1 else ""
-    error = f"rank {rank}{where} failed ({how})"
-    written = read_rank_text(request.rank_path, f"rank{rank}.error")  # never through a link the rank made
-    if not written and (written := fork_server_tail(TRACEBACK_LINES, since=fork_server_before)):
-        error += " before its training started"  # its fork server's output says why
-    if written and FILE_TOO_LARGE in written:  # Python ignores SIGXFSZ: the write raised EFBIG
-        return StateChange(state="failed", stop_reason="error", error=_past_disk_bound(None))
-    tail = ""
-    if written:
-        tail = without_server_paths("\n".join(written.strip().splitlines()[-TRACEBACK_LINES:]), request)
-        error += ":\n" + tail
-    if request.nodes > 1 and PEER_LOST.search(tail):
-        time.sleep(PEER_LOSS_GRACE_SECONDS)
-        # "queued": the service requeues the whole job (attempt + 1) and it resumes elsewhere.
-        return StateChange(state="queued", error=f"node {request.node_rank} lost its peers: {error}")
-    return StateChange(state="failed", stop_reason="error", error=error)
-
-
-def _success(request: RunRequest) -> StateChange | None:
-    written = read_rank_text(request.rank_path, "result.json")
-    if written is None:
-        return None
-    try:
-        result = RankResult.model_validate_json(written)
-    except ValueError:
-        return StateChange(state="failed", stop_reason="error", error="rank 0 wrote a result that is not one")
-    if result.stop_reason == PREEMPTED:  # its checkpoint is relayed before this: back to the queue
-        return StateChange(state="queued")
-    return StateChange(state="succeeded", stop_reason=result.stop_reason)
-
-
 DISK_CHECK_SECONDS = 1.0
-FILE_TOO_LARGE = f"[Errno {errno.EFBIG}]"  # a write past RLIMIT_FSIZE, as a traceback names it
 
 
 def folder_bytes(folder: Path) -> int:
@@ -265,11 +209,6 @@ def folder_bytes(folder: Path) -> int:
             except FileNotFoundError:
                 pass
     return total
-
-
-def _past_disk_bound(limit: int | None) -> str:
-    bound = f" of {limit:,} bytes" if limit else ""
-    return f"the job's ranks wrote past their bound on disk{bound} (TRAINJOBS_JOB_DISK_BYTES)"
 
 
 def _kill_the_rest_of_our_group() -> None:

@@ -50,6 +50,19 @@ def read_rank_text(folder: Path, relative: str, limit: int = 1 << 20) -> str | N
         return None
 
 
+def append_rank_text(folder: Path, name: str, text: str) -> None:
+    """Add `text` to the file `name` directly in the rank's folder (made if missing, never through
+    a link): what the launcher knows of a rank that died before it could write its own log."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK  # a FIFO: no wait
+    try:
+        descriptor = os.open(folder / name, flags, 0o644)
+    except OSError:
+        return
+    with os.fdopen(descriptor, "a", encoding="utf-8") as file:
+        if stat.S_ISREG(os.fstat(descriptor).st_mode):
+            file.write(text.rstrip("\n") + "\n")
+
+
 def without_server_paths(text: str, request: RunRequest) -> str:
     """A job's error is shown to its owner: it names files by their place in the job's own
     folders, or by file name, never by the server's absolute paths."""

@@ -34,14 +34,18 @@ def test_a_job_s_error_names_files_without_the_server_s_absolute_paths():
 
 
 FORK_SERVER_MALLOC = """
-import json, os
+import json, os, time
 from pathlib import Path
 from trainjobs.worker.launcher import warm_up
 warm_up()
-for child in Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split():
-    if b"multiprocessing.forkserver" in Path(f"/proc/{child}/cmdline").read_bytes():
-        entries = Path(f"/proc/{child}/environ").read_bytes().split(b"\\0")
-        print(json.dumps({e.decode().split("=")[0]: e.decode().split("=", 1)[1] for e in entries if b"MALLOC" in e}))
+deadline = time.monotonic() + 30  # the fork server's cmdline is ours until its exec (a busy host)
+while time.monotonic() < deadline:
+    for child in Path(f"/proc/{os.getpid()}/task/{os.getpid()}/children").read_text().split():
+        if b"multiprocessing.forkserver" in Path(f"/proc/{child}/cmdline").read_bytes():
+            entries = Path(f"/proc/{child}/environ").read_bytes().split(b"\\0")
+            print(json.dumps({e.decode().split("=")[0]: e.decode().split("=", 1)[1] for e in entries if b"MALLOC" in e}))
+            raise SystemExit
+    time.sleep(0.05)
 """
 
 
@@ -96,7 +100,8 @@ import json, sys
 from pathlib import Path
 import torch.multiprocessing as mp
 from trainjobs.contract.run import RunRequest
-from trainjobs.worker.launcher import _failure_or_late_success, warm_up
+from trainjobs.worker.launcher import warm_up
+from trainjobs.worker.rank_outcome import failure_or_late_success
 import shutil
 warm_up()
 extra = Path(sys.argv[1]) / "gone"
@@ -109,7 +114,7 @@ context = mp.start_processes(only_in_the_launcher.train, nprocs=1, join=False, s
 context.processes[0].join(60)
 code = context.processes[0].exitcode
 request = RunRequest.model_validate_json(sys.argv[2])
-print(json.dumps({"code": code, "error": _failure_or_late_success(request, 0, code).error}))
+print(json.dumps({"code": code, "error": failure_or_late_success(request, 0, code).error}))
 """
 
 
@@ -132,6 +137,7 @@ def test_a_rank_that_dies_in_the_fork_server_fails_its_job_with_the_reason(tmp_p
     error = found["error"]
     assert error.startswith("rank 0 failed (exit code 1) before its training started:"), error
     assert "No module named 'only_in_the_launcher'" in error.splitlines()[-1], error
+    assert "No module named 'only_in_the_launcher'" in (tmp_path / "rank0.log").read_text()  # the job's logs
 
 
 RANK_KILLED_IN_TRAINING_AFTER_A_NOISY_WARM_UP = """
@@ -143,7 +149,8 @@ import torch.multiprocessing as mp
 import sleeper
 from trainjobs.contract.run import RunRequest
 from trainjobs.worker.fork_server_output import fork_server_log, fork_server_written
-from trainjobs.worker.launcher import _failure_or_late_success, warm_up
+from trainjobs.worker.launcher import warm_up
+from trainjobs.worker.rank_outcome import failure_or_late_success
 warm_up()
 with open(fork_server_log(), "a") as log:  # what a fork server may say as it imports
     log.write("UserWarning: a library's warning at import\\n")
@@ -153,7 +160,7 @@ os.kill(context.processes[0].pid, signal.SIGKILL)
 context.processes[0].join(60)
 code = context.processes[0].exitcode
 request = RunRequest.model_validate_json(sys.argv[2])
-print(json.dumps({"code": code, "error": _failure_or_late_success(request, 0, code, before).error}))
+print(json.dumps({"code": code, "error": failure_or_late_success(request, 0, code, before).error}))
 """
 
 

@@ -1,0 +1,62 @@
+"""A job whose ranks never reach their training fails saying why, in its error and in its logs,
+through the real worker, launcher and sandbox (the fork server's import error and a leased GPU
+without its node: tests/worker/test_launcher.py and tests/worker/test_gpu_nodes.py)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from devstack import archive_of, example_files, wait_for_terminal
+from tests.e2e.test_own_code import upload, wavesort_spec
+from trainjobs.worker.sandbox import unavailable_because
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(unavailable_because() is not None, reason=f"no sandbox: {unavailable_because()}"),
+]
+
+# What bubblewrap says on a host that gives it no namespaces (a container without SYS_ADMIN, a
+# kernel with user namespaces off). This host can make them, so a bwrap first on the worker's PATH
+# refuses as that one would; everything else is the real worker, launcher and fork server.
+REFUSING_BWRAP = """#!/bin/sh
+echo "bwrap: Creating new namespace failed: Operation not permitted" >&2
+exit 1
+"""
+
+
+def test_a_sandbox_that_cannot_be_made_fails_the_job_naming_bubblewrap_s_reason(stack_on, sqlite_url, tmp_path):
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "bwrap").write_text(REFUSING_BWRAP)
+    (tools / "bwrap").chmod(0o755)
+    stack = stack_on(sqlite_url, with_worker=False)
+    stack.start_worker(PATH=f"{tools}:{os.environ['PATH']}")
+    client = stack.client(stack.token())
+    spec = wavesort_spec() | {"model": {"name": "mlp"}, "data": {"name": "digits"}}
+    failed = wait_for_terminal(client, client.post("/v1/jobs", json=spec).json()["id"])
+    assert (failed["state"], failed["stop_reason"], failed["attempt"]) == ("failed", "error", 1), failed
+    assert "sandbox could not be started" in failed["error"], failed["error"]
+    assert failed["error"].endswith("bwrap: Creating new namespace failed: Operation not permitted"), failed["error"]
+    assert "Creating new namespace failed" in client.get(f"/v1/jobs/{failed['id']}/logs").text
+
+
+@pytest.mark.parametrize(
+    "entry, named",
+    [
+        ("wavesort.catalog:NO_SUCH_MODEL", "NO_SUCH_MODEL"),  # the module is there, the attribute is not
+        ("wavesort.no_such_module:CLASSIFIER", "wavesort.no_such_module"),
+    ],
+)
+def test_a_code_entry_that_is_not_in_the_archive_fails_the_job_naming_it(stack_on, sqlite_url, entry, named):
+    stack = stack_on(sqlite_url)
+    client = stack.client(stack.token())
+    code = upload(client, archive_of(example_files()))
+    spec = wavesort_spec(code=code, model={"name": entry, "params": {"channels": 8, "layers": 2}})
+    failed = wait_for_terminal(client, client.post("/v1/jobs", json=spec).json()["id"])
+    assert (failed["state"], failed["stop_reason"], failed["attempt"]) == ("failed", "error", 1), failed
+    assert failed["error"].startswith("rank "), failed["error"]
+    assert named in failed["error"].splitlines()[-1], failed["error"]
+    logs = client.get(f"/v1/jobs/{failed['id']}/logs").text
+    assert "Traceback" in logs and named in logs, logs[-2000:]
