@@ -94,6 +94,27 @@ def test_a_folder_over_the_limit_uploads_nothing_and_names_its_largest_files(sta
     assert code_uploads(stack) == 0
 
 
+def test_a_folder_over_the_api_s_own_limit_uploads_nothing_and_names_its_five_largest_files(
+    stack_on, sqlite_url, tmp_path
+):
+    stack = stack_on(sqlite_url, TRAINJOBS_CODE_MAX_BYTES="30000")  # the CLI is not told: it asks
+    project = tmp_path / "project"
+    project.mkdir()
+    for index in range(7):  # random bytes: gzip keeps them as large
+        (project / f"part{index}.bin").write_bytes(os.urandom(6_000 + 1_000 * index))
+    for command in (["code", "push", str(project)], ["submit", str(SPEC), "--code", str(project)]):
+        refused = trainjobs(stack, stack.token(), *command)
+        assert refused.returncode != 0 and "nothing uploaded" in refused.stderr, refused.stderr
+        assert "over the limit of 30,000" in refused.stderr, refused.stderr
+        named = [f"part{index}.bin" for index in range(7) if f"part{index}.bin" in refused.stderr]
+        assert named == [f"part{index}.bin" for index in range(2, 7)], refused.stderr  # the five largest
+    assert code_uploads(stack) == 0
+    assert stack.client(stack.token()).get("/v1/code/limits").json() == {
+        "max_bytes": 30000,
+        "max_unpacked_bytes": 2**30,
+    }
+
+
 def test_a_code_job_learns_exactly_as_the_same_model_installed_as_a_plugin(example_installed, stack_on, sqlite_url):
     """2 ranks, bf16, accumulation 4: the archive's model and the installed one give the same
     losses, epoch by epoch (same seed, same sandbox)."""

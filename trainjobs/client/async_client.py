@@ -14,7 +14,7 @@ from trainjobs.client.calls import AnswerT, Call, Calls, JobFilters, answer, aut
 from trainjobs.client.errors import NotFound, raise_for
 from trainjobs.client.packing import Packed
 from trainjobs.client.sync_client import GZIP, WAIT_POLL_SECONDS
-from trainjobs.contract.code import CodeArchive
+from trainjobs.contract.code import CodeArchive, CodeLimits
 from trainjobs.contract.events import EpochMetrics
 from trainjobs.contract.job import CheckpointInfo, JobDocument, JobPage, WorkerInfo
 from trainjobs.contract.sharing import OwnerSettingsDocument, OwnerSettingsUpdate, QueueView
@@ -99,6 +99,10 @@ class AsyncTrainJobsClient:
     async def put_owner(self, owner: str, settings: OwnerSettingsUpdate) -> OwnerSettingsDocument:
         """An owner's whole sharing settings (admins only)."""
         return await self._send(Calls.put_owner(owner, settings))
+
+    async def code_limits(self) -> CodeLimits:
+        """This API's bounds on a code archive (an older API without them: NotFound)."""
+        return await self._send(Calls.code_limits())
 
     async def code(self, code: str) -> CodeArchive:
         return await self._send(Calls.code(code))

@@ -11,7 +11,7 @@ import httpx
 from pydantic import BaseModel
 
 from trainjobs.client.errors import raise_for
-from trainjobs.contract.code import CodeArchive
+from trainjobs.contract.code import CodeArchive, CodeLimits
 from trainjobs.contract.job import CheckpointList, JobDocument, JobPage, MetricsList, WorkerList
 from trainjobs.contract.sharing import OwnerList, OwnerSettingsDocument, OwnerSettingsUpdate, QueueView
 
@@ -108,6 +108,10 @@ class Calls:
     @staticmethod
     def workers() -> Call[WorkerList]:
         return Call("GET", "/v1/workers", _model(WorkerList))
+
+    @staticmethod
+    def code_limits() -> Call[CodeLimits]:
+        return Call("GET", "/v1/code/limits", _model(CodeLimits))
 
     @staticmethod
     def code(code: str) -> Call[CodeArchive]:

@@ -69,11 +69,15 @@ def too_large(packed: Packed, max_bytes: int = MAX_BYTES) -> str | None:
     """Why the archive cannot be uploaded (None: it can), naming the biggest files."""
     if packed.size_bytes <= max_bytes:
         return None
-    biggest = ", ".join(f"{path} ({size:,} bytes)" for path, size in packed.largest)
     return (
-        f"the archive is {packed.size_bytes:,} bytes, over the limit of {max_bytes:,}; the biggest files: {biggest} "
-        f"(leave them out in {IGNORE_FILE})"
+        f"the archive is {packed.size_bytes:,} bytes, over the limit of {max_bytes:,}; "
+        f"the biggest files: {biggest_files(packed)}"
     )
+
+
+def biggest_files(packed: Packed) -> str:
+    named = ", ".join(f"{path} ({size:,} bytes)" for path, size in packed.largest)
+    return f"{named} (leave them out in {IGNORE_FILE})"
 
 
 def _members(folder: Path) -> list[tuple[str, Path]]:

@@ -16,7 +16,7 @@ from trainjobs.client.calls import AnswerT, Call, Calls, JobFilters, answer, aut
 from trainjobs.client.errors import NotFound, Unreachable, raise_for
 from trainjobs.client.packing import Packed
 from trainjobs.client.reconnect import reconnect_delay
-from trainjobs.contract.code import CodeArchive
+from trainjobs.contract.code import CodeArchive, CodeLimits
 from trainjobs.contract.events import EpochMetrics
 from trainjobs.contract.job import CheckpointInfo, JobDocument, JobPage, WorkerInfo
 from trainjobs.contract.sharing import OwnerSettingsDocument, OwnerSettingsUpdate, QueueView
@@ -179,6 +179,10 @@ class TrainJobsClient:
     def put_owner(self, owner: str, settings: OwnerSettingsUpdate) -> OwnerSettingsDocument:
         """An owner's whole sharing settings (admins only)."""
         return self._send(Calls.put_owner(owner, settings))
+
+    def code_limits(self) -> CodeLimits:
+        """This API's bounds on a code archive (an older API without them: NotFound)."""
+        return self._send(Calls.code_limits())
 
     def code(self, code: str) -> CodeArchive:
         return self._send(Calls.code(code))

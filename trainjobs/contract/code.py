@@ -27,6 +27,14 @@ class CodeArchive(BaseModel):
     created_at: datetime
 
 
+class CodeLimits(BaseModel):
+    """What `GET /v1/code/limits` answers: this API's bounds on an archive, so that a client
+    refuses one over them before it uploads anything, naming the biggest files."""
+
+    max_bytes: int  # TRAINJOBS_CODE_MAX_BYTES
+    max_unpacked_bytes: int  # TRAINJOBS_CODE_MAX_UNPACKED_BYTES
+
+
 def code_id(sha256_hex: str) -> str:
     return f"sha256:{sha256_hex}"
 

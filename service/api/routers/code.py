@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request, Response, status
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from trainjobs.contract.code import CodeArchive
+from trainjobs.contract.code import CodeArchive, CodeLimits
 from trainjobs.service import code_uploads
 from trainjobs.service.api.deps import State, bearer_scheme, require_caller, unit_of_work
 from trainjobs.service.api.error_docs import errors
@@ -60,6 +60,14 @@ def _too_large(limit: int) -> JSONResponse:
     detail = f"a code archive is at most {limit} bytes (TRAINJOBS_CODE_MAX_BYTES)"
     # 413 Content Too Large: Starlette renamed its constant, and both names warn in some version.
     return JSONResponse({"detail": detail}, status_code=413)
+
+
+@router.get("/limits", response_model=CodeLimits)
+def code_limits(request: Request, state: State) -> CodeLimits:
+    """Before `/{code_id}`, which would take "limits" for an id (and answer 404)."""
+    require_caller(request)
+    settings = state.settings
+    return CodeLimits(max_bytes=settings.code_max_bytes, max_unpacked_bytes=settings.code_max_unpacked_bytes)
 
 
 @router.get("/{code_id}", response_model=CodeArchive)
