@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.worker.local_training import run_locally
 
 
@@ -59,3 +61,50 @@ def test_a_local_run_keeps_its_events_as_the_service_stream_carries_them(tmp_pat
     metrics = [p.model_dump(mode="json") for p in payloads if isinstance(p, EpochMetrics)]
     assert epoch_ends == [1, 2]  # each epoch's last progress report: where it ended, wall clock
     assert metrics == run.metrics  # the same figures as metrics.jsonl
+
+
+class FakeNvml:
+    """NVML on a host with 4 GPUs, each busy at its own rate (no NVML library can run here)."""
+
+    UUIDS = [f"GPU-0000000{index}-aaaa-bbbb-cccc-dddddddddddd" for index in range(4)]
+
+    def __init__(self):
+        self.asked: list[str] = []
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: bytes) -> str:
+        assert uuid.decode() in self.UUIDS, uuid
+        return uuid.decode()
+
+    def nvmlDeviceGetUtilizationRates(self, handle: str):
+        from types import SimpleNamespace
+
+        self.asked.append(handle)
+        return SimpleNamespace(gpu=10 * (self.UUIDS.index(handle) + 1))
+
+
+def test_gpu_use_is_read_from_nvml_for_the_rank_s_own_gpu_and_no_other(monkeypatch):
+    """In a job leased GPUs 1 and 3, its rank 1 is cuda:1 (the host's GPU 3, UUID ...3): NVML numbers
+    GPUs by the host, so the sampler must find its GPU by UUID, not by CUDA's index."""
+    import sys
+    import time
+    from types import SimpleNamespace
+
+    import torch
+
+    from trainjobs.worker.trainer.telemetry import GpuSampler
+
+    nvml = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    leased = {0: 1, 1: 3}  # the job's cuda:i -> the host's GPU (the CUDA runtime cannot run here)
+    uuid_of = {index: FakeNvml.UUIDS[host].removeprefix("GPU-") for index, host in leased.items()}
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: SimpleNamespace(uuid=uuid_of[device.index]))
+
+    sampler = GpuSampler(torch.device("cuda", 1), every_seconds=0.01)
+    sampler.start()
+    time.sleep(0.2)
+    utilization = sampler.stop()
+    assert nvml.asked and set(nvml.asked) == {FakeNvml.UUIDS[3]}
+    assert utilization == pytest.approx(0.4)  # GPU 3's rate, not GPU 1's (cuda:1's index in NVML's numbering)
