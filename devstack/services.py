@@ -3,9 +3,13 @@ Redis (the one at $TRAINJOBS_TEST_REDIS_URL, a namespace per stack), and small h
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import secrets
+import shutil
 import socket
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,24 +48,60 @@ def wait_until(predicate, timeout: float, interval: float = 0.2, what: str = "co
 
 @contextmanager
 def sql_database(kind: str, tmp_path: Path):
-    """Yield the URL of a new, migrated database of `kind` ("sqlite" or "postgresql")."""
+    """Yield the URL of a new, migrated database of `kind` ("sqlite" or "postgresql"): a copy of a
+    template this process migrated once (migrating each one took 0.6 s on PostgreSQL, and the
+    suite makes hundreds)."""
     if kind == "sqlite":
-        url = f"sqlite:///{tmp_path / 'trainjobs.db'}"
-        upgrade_to_head(url)
-        yield url
+        shutil.copyfile(_migrated_templates.sqlite(), tmp_path / "trainjobs.db")
+        yield f"sqlite:///{tmp_path / 'trainjobs.db'}"
         return
-    server = make_url(POSTGRES_URL)
     name = f"trainjobs_test_{secrets.token_hex(6)}"
-    admin_dsn = server.set(drivername="postgresql").render_as_string(hide_password=False)
-    with psycopg.connect(admin_dsn, autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
-    url = server.set(database=name).render_as_string(hide_password=False)
+    with psycopg.connect(_admin_dsn(), autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}" TEMPLATE "{_migrated_templates.postgresql()}"')
     try:
-        upgrade_to_head(url)
-        yield url
+        yield make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
     finally:
-        with psycopg.connect(admin_dsn, autocommit=True) as connection:
+        with psycopg.connect(_admin_dsn(), autocommit=True) as connection:
             connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _admin_dsn() -> str:
+    return make_url(POSTGRES_URL).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class _MigratedTemplates:
+    """One migrated database of each kind per process (pytest-xdist's workers each have theirs),
+    made when first asked for; the PostgreSQL one is dropped when the process exits."""
+
+    def __init__(self) -> None:
+        self._sqlite: Path | None = None
+        self._postgresql: str | None = None
+
+    def sqlite(self) -> Path:
+        if self._sqlite is None:
+            path = Path(tempfile.mkdtemp(prefix="trainjobs-template-")) / "trainjobs.db"
+            upgrade_to_head(f"sqlite:///{path}")
+            atexit.register(shutil.rmtree, path.parent, True)
+            self._sqlite = path
+        return self._sqlite
+
+    def postgresql(self) -> str:
+        if self._postgresql is None:
+            name = f"trainjobs_template_{os.getpid()}_{secrets.token_hex(3)}"
+            with psycopg.connect(_admin_dsn(), autocommit=True) as connection:
+                connection.execute(f'CREATE DATABASE "{name}"')
+            upgrade_to_head(make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False))
+            atexit.register(_drop_database, name)
+            self._postgresql = name
+        return self._postgresql
+
+
+def _drop_database(name: str) -> None:
+    with contextlib.suppress(psycopg.Error), psycopg.connect(_admin_dsn(), autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+_migrated_templates = _MigratedTemplates()
 
 
 def new_token(database_url: str, owner: str, admin: bool = False) -> str:
