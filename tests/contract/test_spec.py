@@ -16,6 +16,7 @@ def test_defaults_are_filled_and_model_params_follow_the_dataset():
     dumped = spec.model_dump(mode="json")
     assert dumped["scheduler"] == {"name": "none", "warmup_epochs": 0}
     assert dumped["checkpoint"] == {"every_epochs": 1, "keep_last": 3}
+    assert dumped["objective"] == {"metric": "val_loss", "mode": "min"}
     assert JobSpec.model_validate(dumped) == spec  # a stored spec reads back unchanged
 
 
@@ -47,6 +48,9 @@ def test_effective_values_follow_the_scaling_rules():
         ({"precision": "fp16"}, "precision"),  # cpu has no fp16 path: refused at submit
         ({"strategy": "dp"}, "strategy"),  # DataParallel is cuda-only
         ({"model": {"name": "mlp"}}, "model.name"),  # mlp on audio data
+        ({"objective": {"metric": "val_f1"}}, "objective.metric"),  # wavenet reports no val_f1
+        ({"objective": {"metric": "f1"}}, "objective.metric"),  # neither val_ nor train_
+        ({"objective": {"metric": "val_accuracy", "mode": "up"}}, "objective.mode"),
     ],
 )
 def test_bad_specs_are_refused_naming_the_field(change, names):

@@ -203,3 +203,13 @@ def test_without_a_sandbox_a_code_job_waits_saying_why(stack_on, sqlite_url):
     ended = wait_for_terminal(client, built_in.json()["id"])
     assert ended["state"] == "succeeded", ended["error"]
     assert client.get(f"/v1/jobs/{job['id']}").json()["state"] == "queued"
+
+
+def test_an_objective_a_code_model_does_not_report_fails_its_job_naming_the_figures_it_does(stack_on, sqlite_url):
+    stack = stack_on(sqlite_url)
+    client = stack.client(stack.token())
+    code = upload(client, archive_of(example_files()))
+    spec = wavesort_spec(code=code, epochs=1, objective={"metric": "val_f1", "mode": "max"})
+    failed = wait_for_terminal(client, client.post("/v1/jobs", json=spec).json()["id"])
+    assert (failed["state"], failed["attempt"]) == ("failed", 1)
+    assert "objective.metric 'val_f1'" in failed["error"] and "'val_accuracy'" in failed["error"], failed["error"]

@@ -5,7 +5,7 @@ import time
 
 import redis
 
-from devstack import REDIS_URL, job_sessions, tiny_wavenet_spec
+from devstack import REDIS_URL, PrivateRedis, job_sessions, tiny_wavenet_spec
 from trainjobs.contract.checkpoints import checkpoint_id, checkpoint_path
 from trainjobs.contract.events import CheckpointRecord, CheckpointRemoved, EpochMetrics, JobEvent, StateChange
 from trainjobs.contract.redis_keys import RedisKeys
@@ -100,17 +100,21 @@ def reclaim_calls(client: redis.Redis) -> int:
 
 
 def test_an_idle_collector_looks_for_pending_entries_on_its_first_poll_then_only_every_few_seconds(
-    database_url, namespace
+    database_url, namespace, tmp_path
 ):
     sessions = job_sessions(database_url, namespace)
-    client = redis.Redis.from_url(REDIS_URL)
-    collector = EventCollector(client, sessions, RedisKeys(namespace), consumer="host-a", stale_after_ms=30_000)
-    before = reclaim_calls(client)
-    collector.poll(block_ms=10)
-    assert reclaim_calls(client) == before + 1  # the first poll: a restart's pending entries
-    for _ in range(5):
-        assert collector.poll(block_ms=10) == 0
-    assert reclaim_calls(client) == before + 1  # the idle polls that follow wait on the stream only
+    server = PrivateRedis(tmp_path, persist=False)  # its command counts are this test's alone
+    server.start()
+    try:
+        client = redis.Redis.from_url(server.url)
+        collector = EventCollector(client, sessions, RedisKeys(namespace), consumer="host-a", stale_after_ms=30_000)
+        collector.poll(block_ms=10)
+        assert reclaim_calls(client) == 1  # the first poll: a restart's pending entries
+        for _ in range(5):
+            assert collector.poll(block_ms=10) == 0
+        assert reclaim_calls(client) == 1  # the idle polls that follow wait on the stream only
+    finally:
+        server.stop()
 
 
 def test_state_from_an_older_attempt_is_ignored_and_terminal_states_stick(database_url, namespace):

@@ -1,5 +1,6 @@
 """The trainer's techniques, each checked against the math it must equal, on real DDP ranks."""
 
+import json
 import math
 
 import pytest
@@ -120,3 +121,47 @@ def test_gradient_clipping_bounds_every_step(tmp_path):
 
     assert distance(clipped) <= 8 * 0.1 * 0.01 * (1 + 1e-4)  # 8 steps of at most lr x 0.01
     assert distance(free) > 10 * distance(clipped)
+
+
+def checkpoint_events(run) -> list[dict]:
+    lines = (run.workdir / "runs" / run.job_id / "events.jsonl").read_text().splitlines()
+    events = [json.loads(line) for line in lines]
+    return [event["data"] for event in events if event["kind"] == "checkpoint"]
+
+
+@pytest.mark.parametrize("metric, mode", [("val_accuracy", "max"), ("train_loss", "min")])
+def test_the_objective_marks_the_best_epochs_and_each_checkpoint_carries_its_value(tmp_path, metric, mode):
+    objective = {"metric": metric, "mode": mode}
+    spec = mlp_spec(epochs=6, objective=objective, checkpoint={"every_epochs": 1, "keep_last": 9})
+    run = run_locally(tmp_path, "objective", spec)
+    assert (run.outcome.state, run.outcome.stop_reason) == ("succeeded", "completed"), run.outcome
+    values = [row[metric] for row in run.metrics]
+    better = (lambda a, b: a > b) if mode == "max" else (lambda a, b: a < b)
+    expected_best = [epoch for epoch in range(1, 7) if all(better(values[epoch - 1], v) for v in values[: epoch - 1])]
+    saved = checkpoint_events(run)
+    assert [(c["epoch"], c["objective"]) for c in saved] == [(epoch, values[epoch - 1]) for epoch in range(1, 7)]
+    assert [c["epoch"] for c in saved if c["is_best"]] == expected_best
+    assert len(expected_best) >= 2  # the run improved more than once: the direction was tested
+
+
+def stop_epoch(values: list[float], mode: str, patience: int, epochs: int) -> int:
+    """The epoch the early-stopping rule ends a run at, replayed over its figures."""
+    best, waited = None, 0
+    for epoch, value in enumerate(values, start=1):
+        if best is None or (value > best if mode == "max" else value < best):
+            best, waited = value, 0
+        else:
+            waited += 1
+        if waited >= patience and epoch < epochs:
+            return epoch
+    return epochs
+
+
+def test_early_stopping_watches_the_objective_in_its_direction(tmp_path):
+    spec = mlp_spec(epochs=8, objective={"metric": "val_accuracy", "mode": "max"}, early_stopping={"patience": 2})
+    run = run_locally(tmp_path, "early-max", spec)
+    accuracy = [row["val_accuracy"] for row in run.metrics]
+    ran = len(accuracy)
+    assert ran == stop_epoch(accuracy, "max", 2, 8)
+    assert run.outcome.stop_reason == ("completed" if ran == 8 else "early_stopping")
+    assert ran != stop_epoch(accuracy, "min", 2, 8)  # the run tells the two directions apart

@@ -91,6 +91,9 @@ class CheckpointRecord(BaseModel):
     size_bytes: int = Field(ge=0, le=2**62)
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     is_best: bool
+    objective: float | None = Field(
+        None, allow_inf_nan=False, description="the objective's value at this epoch (None inside an epoch)"
+    )
     created_at: datetime
     path: str = Field(min_length=1, max_length=512, description="relative to the checkpoint store")
 

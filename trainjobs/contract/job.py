@@ -61,6 +61,7 @@ class CheckpointInfo(BaseModel):
     size_bytes: int
     sha256: str
     is_best: bool
+    objective: float | None = Field(None, description="the objective's value at that epoch (null inside an epoch)")
     created_at: datetime
 
 

@@ -114,6 +114,28 @@ class EarlyStoppingSpec(StrictModel):
     min_delta: float = Field(0.0, ge=0.0)
 
 
+# What the trainer's own loss (cross-entropy on (input, target) pairs) reports each epoch: the
+# figures an objective may name for a built-in or installed model.
+BUILT_IN_FIGURES = ("train_loss", "val_loss", "val_accuracy")
+
+
+class ObjectiveSpec(StrictModel):
+    """The figure that says which epoch is best: early stopping watches it and the best checkpoint
+    is the best by it."""
+
+    metric: str = Field("val_loss", pattern=r"^(train|val)_[a-z][a-z0-9_]{0,39}$")
+    mode: Literal["min", "max"] = "min"
+
+    def improves(self, value: float, best: float, min_delta: float) -> bool:
+        """Whether `value` beats `best` by more than `min_delta` in this objective's direction."""
+        return value < best - min_delta if self.mode == "min" else value > best + min_delta
+
+    @property
+    def worst(self) -> float:
+        """What any first value beats."""
+        return math.inf if self.mode == "min" else -math.inf
+
+
 class CheckpointPolicy(StrictModel):
     every_epochs: int = Field(1, ge=1)
     keep_last: int = Field(3, ge=1)
@@ -155,6 +177,11 @@ class JobSpec(StrictModel):
     optimizer: OptimizerSpec
     lr_scaling: Literal["linear", "sqrt", "none"] = "linear"
     scheduler: SchedulerSpec = Field(default_factory=SchedulerSpec)
+    objective: ObjectiveSpec = Field(
+        default_factory=ObjectiveSpec,
+        description="the figure that says which epoch is best (early stopping, the best checkpoint): "
+        "val_loss, val_accuracy or train_loss for a built-in or installed model",
+    )
     early_stopping: EarlyStoppingSpec | None = None
     checkpoint: CheckpointPolicy = Field(default_factory=CheckpointPolicy)
     resume_from: str | None = Field(None, min_length=1, max_length=200)
@@ -204,6 +231,11 @@ class JobSpec(StrictModel):
             if data_info is not None:  # else the worker fills them from the dataset it builds
                 model_params = model_params.resolve(data_info)
             self.model.params = model_params.model_dump(mode="json")
+            if self.objective.metric not in BUILT_IN_FIGURES:  # a code model's: its ranks check it
+                raise SpecError(
+                    "objective.metric",
+                    f"model {self.model.name!r} reports {', '.join(BUILT_IN_FIGURES)}; not {self.objective.metric!r}",
+                )
 
     def from_code(self, name: str) -> bool:
         """Whether `name` is an entry of the job's own code archive."""

@@ -131,6 +131,7 @@ class CheckpointRow(Base):
     size_bytes: Mapped[int] = mapped_column(BigInteger)
     sha256: Mapped[str] = mapped_column(String(64))
     is_best: Mapped[bool] = mapped_column(Boolean, default=False)
+    objective: Mapped[float | None] = mapped_column(Float, nullable=True)  # the spec's objective at that epoch
     created_at: Mapped[datetime]
 
 

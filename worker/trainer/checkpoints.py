@@ -110,9 +110,12 @@ class Checkpointer:
         self.kept: list[CheckpointRecord] = []
         self.best_id: str | None = None
 
-    def save(self, epoch: int, state: dict[str, Any], is_best: bool, step: int = 0) -> CheckpointRecord:
+    def save(
+        self, epoch: int, state: dict[str, Any], is_best: bool, step: int = 0, objective: float | None = None
+    ) -> CheckpointRecord:
         """Write the checkpoint after `epoch` epochs and `step` optimizer steps into the next
-        (`state`: the trainer's, this object's included), report it, and rotate old ones out."""
+        (`state`: the trainer's, this object's included; `objective`: the epoch's value of the
+        spec's objective), report it, and rotate old ones out."""
         assert self.report is not None, "only rank 0 saves checkpoints"
         checkpoint = checkpoint_id(self.job_id, epoch, step)
         relative = checkpoint_path(self.job_id, checkpoint, self.attempt)
@@ -124,6 +127,7 @@ class Checkpointer:
             size_bytes=stored.size_bytes,
             sha256=stored.sha256,
             is_best=is_best,
+            objective=objective,
             created_at=utcnow(),
             path=relative,
         )

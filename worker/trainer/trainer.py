@@ -44,6 +44,19 @@ def _numpy_state() -> dict[str, Any]:
     }
 
 
+def objective_value(metrics: EpochMetrics, name: str) -> float:
+    """The epoch's value of the objective `name`; a name the epoch did not report fails the job
+    naming the figures it did (a code model's objective is known only here)."""
+    figures = {
+        key: value
+        for key, value in metrics.model_dump().items()
+        if key.startswith(("train_", "val_")) and isinstance(value, float)
+    }
+    if name not in figures:
+        raise ValueError(f"objective.metric {name!r} is not a figure this job reports; it reports {sorted(figures)}")
+    return figures[name]
+
+
 def _as_tuples(value: Any) -> Any:
     """random.setstate wants tuples where a checkpoint may hold lists."""
     return tuple(_as_tuples(item) for item in value) if isinstance(value, list | tuple) else value
@@ -66,11 +79,8 @@ class Trainer:
         self.report = report  # rank 0 only; None elsewhere
         self.raw_model = parts.model
         self.model = parts.wrapped
-        self.train_loader, self.train_sampler, self.val_loader = (
-            parts.train_loader,
-            parts.train_sampler,
-            parts.val_loader,
-        )
+        self.train_loader, self.train_sampler = parts.train_loader, parts.train_sampler
+        self.val_loader = parts.val_loader
         self.optimizer, self.scheduler, self.scaler = parts.optimizer, parts.scheduler, parts.scaler
         self.memory_format = parts.memory_format
         self.steps_per_epoch = parts.steps_per_epoch
@@ -83,7 +93,8 @@ class Trainer:
         self.batches_per_epoch = len(self.train_loader)  # micro-batches of a whole epoch, per rank
 
         self.epoch = 0  # last finished epoch
-        self.best_val_loss = math.inf
+        self.objective = spec.objective  # which figure says an epoch is the best so far
+        self.best_objective = self.objective.worst
         self.epochs_without_improvement = 0
         # Inside an epoch (a preemption's checkpoint): optimizer steps done in epoch + 1, what they
         # summed (over all ranks), and the RNG state before the epoch's loader iterator was made.
@@ -107,9 +118,10 @@ class Trainer:
             metrics = self.run_epoch(epoch)
             if metrics is None:
                 return PREEMPTED
-            improved = metrics.val_loss < self.best_val_loss - self._min_delta()
+            value = objective_value(metrics, self.objective.metric)
+            improved = self.objective.improves(value, self.best_objective, self._min_delta())
             if improved:
-                self.best_val_loss, self.epochs_without_improvement = metrics.val_loss, 0
+                self.best_objective, self.epochs_without_improvement = value, 0
             else:
                 self.epochs_without_improvement += 1
             self.epoch = epoch
@@ -119,7 +131,7 @@ class Trainer:
                 assert self.report is not None
                 self.report(metrics)
                 if improved or stopping or preempted or self._checkpoint_due(epoch):
-                    self.checkpointer.save(epoch, self.state_dict(), is_best=improved)
+                    self.checkpointer.save(epoch, self.state_dict(), is_best=improved, objective=value)
             if stopping:
                 return "early_stopping"
             if preempted:
@@ -286,7 +298,7 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler.is_enabled() else None,
             "epoch": self.epoch,
-            "best_val_loss": self.best_val_loss,
+            "best_objective": self.best_objective,
             "epochs_without_improvement": self.epochs_without_improvement,
             **self.checkpointer.state_dict(),
             "rng": {
@@ -308,7 +320,8 @@ class Trainer:
         if state["scaler"] is not None:
             self.scaler.load_state_dict(state["scaler"])
         self.epoch = state["epoch"]
-        self.best_val_loss = state["best_val_loss"]
+        # Checkpoints from before objectives were val_loss's (their only objective).
+        self.best_objective = state["best_objective"] if "best_objective" in state else state["best_val_loss"]
         self.epochs_without_improvement = state["epochs_without_improvement"]
         self.checkpointer.load_state_dict(state)
         rng = state["rng"]

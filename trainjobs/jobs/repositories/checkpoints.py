@@ -26,6 +26,7 @@ def record(session: Session, job_id: str, checkpoint: CheckpointRecord) -> None:
             "size_bytes": checkpoint.size_bytes,
             "sha256": checkpoint.sha256,
             "is_best": checkpoint.is_best,
+            "objective": checkpoint.objective,
             "created_at": checkpoint.created_at,
         },
         only_where=CheckpointRow.__table__.c.job_id == job_id,
