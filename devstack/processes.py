@@ -29,7 +29,16 @@ def launchers_matching(text: str) -> list[int]:
 
 def waiting_launchers(home: Path) -> list[int]:
     """Launchers a worker under `home` started ahead of their job, still waiting for it."""
-    return [pid for pid in launchers_matching(str(home)) if os.readlink(f"/proc/{pid}/fd/1").endswith("launchers.log")]
+    return [pid for pid in launchers_matching(str(home)) if _output(pid).endswith("launchers.log")]
+
+
+def _output(pid: int) -> str:
+    """Where the process's stdout goes; "" for one that is exiting (its descriptors are closed
+    before it leaves /proc: a test that had just killed a launcher raced with it)."""
+    try:
+        return os.readlink(f"/proc/{pid}/fd/1")
+    except OSError:
+        return ""
 
 
 def descendants(pid: int) -> list[int]:
