@@ -119,7 +119,9 @@ print(json.dumps({"code": code, "error": failure_or_late_success(request, 0, cod
 """
 
 
-def test_a_rank_that_dies_in_the_fork_server_fails_its_job_with_the_reason(tmp_path):
+def run_in_a_launcher_of_its_own(script: str, tmp_path) -> dict:
+    """Run `script` (a launcher's steps, up to the error it would report) in a fresh Python for
+    a one-rank job whose folder is `tmp_path`; what it printed last, as JSON."""
     request = RunRequest(
         job_id="j1",
         attempt=1,
@@ -129,11 +131,15 @@ def test_a_rank_that_dies_in_the_fork_server_fails_its_job_with_the_reason(tmp_p
         data_root=str(tmp_path / "data"),
     )
     done = subprocess.run(
-        [sys.executable, "-P", "-c", RANK_DIES_IN_THE_FORK_SERVER, str(tmp_path), request.model_dump_json()],
+        [sys.executable, "-P", "-c", script, str(tmp_path), request.model_dump_json()],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.splitlines()[-1])
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_rank_that_dies_in_the_fork_server_fails_its_job_with_the_reason(tmp_path):
+    found = run_in_a_launcher_of_its_own(RANK_DIES_IN_THE_FORK_SERVER, tmp_path)
     assert found["code"] == 1
     error = found["error"]
     assert error.startswith("rank 0 failed (exit code 1) before its training started:"), error
@@ -166,19 +172,5 @@ print(json.dumps({"code": code, "error": failure_or_late_success(request, 0, cod
 
 
 def test_a_rank_killed_in_training_is_not_blamed_on_what_its_fork_server_said_at_warm_up(tmp_path):
-    request = RunRequest(
-        job_id="j1",
-        attempt=1,
-        spec=JobSpec.model_validate(mlp_spec()),
-        run_dir=str(tmp_path),
-        checkpoint_dir=str(tmp_path / "store"),
-        data_root=str(tmp_path / "data"),
-    )
-    done = subprocess.run(
-        [sys.executable, "-P", "-c", RANK_KILLED_IN_TRAINING_AFTER_A_NOISY_WARM_UP, str(tmp_path),
-         request.model_dump_json()],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    found = json.loads(done.stdout.splitlines()[-1])
+    found = run_in_a_launcher_of_its_own(RANK_KILLED_IN_TRAINING_AFTER_A_NOISY_WARM_UP, tmp_path)
     assert found == {"code": -9, "error": "rank 0 failed (signal SIGKILL)"}, found
