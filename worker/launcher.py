@@ -158,7 +158,7 @@ def _watch_ranks(
             timeouts.append(RESEND_SECONDS)
         multiprocessing.connection.wait([*context.sentinels, *parent.fds], timeout=min(timeouts, default=None))
         try:
-            if context.join(timeout=0):
+            if context.join(timeout=0, grace_period=RANKS_LEFT_GRACE_SECONDS):
                 return None
         except mp.ProcessExitedException as error:
             return failure_or_late_success(request, error.error_index, error.exit_code, fork_server_before)
@@ -197,6 +197,12 @@ class ParentWatch:
 
 
 DISK_CHECK_SECONDS = 1.0
+
+# Once a rank has failed, the others get this long to end of themselves, then as long again
+# after a SIGTERM before a SIGKILL. torch's own default waits 30 s for a SIGTERM alone, which a
+# stopped or hung rank never heeds: the job's failure waited for it (a stalled rank's job took
+# over 100 s to fail in a CI run).
+RANKS_LEFT_GRACE_SECONDS = 2.0
 
 
 def folder_bytes(folder: Path) -> int:

@@ -183,8 +183,10 @@ def test_a_job_longer_than_the_broker_visibility_timeout_runs_once(stack_on, sql
     log = stack.log_text("worker")
     assert log.count(f"job {job_id} attempt 1: launcher pid") == 1
     # Its message was acknowledged once the job was claimed: Redis had nothing to hand out again
-    # while it ran (before, it did, and the claim refused it).
-    assert f"message for job {job_id} dropped" not in log
+    # while it ran (before, it did every 2 s of its 6 s and more, and the claim refused each copy).
+    # One copy may come before the claim: on a loaded machine the claim can take longer than
+    # the 2 s timeout (a CI run saw it); it is dropped as the job is running by then.
+    assert log.count(f"message for job {job_id} dropped") <= 1
 
 
 def test_max_runtime_ends_the_job_as_a_timeout(stack_on, sqlite_url):
