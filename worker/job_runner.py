@@ -18,6 +18,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from pathlib import Path
 
+from pydantic import ValidationError
 from sqlalchemy.orm import Session, sessionmaker
 
 from trainjobs.contract.events import MAX_LOG_LINE_CHARS, MAX_LOG_LINES_PER_EVENT, LogLines, StateChange
@@ -101,6 +102,8 @@ class JobRunner:
             first = worker_gateway.next_start(session, self.hostname, self.pool.kind, fleet, self.rules(), free)
         if first is None:
             return "busy"
+        if self._refused(first.id):
+            return "dropped" if first.id == job_id else "busy"  # busy: this job's turn comes round again
         lease = self.pool.lease_devices(first.needed, first.id)
         if lease is None:
             return "busy"
@@ -247,6 +250,28 @@ class JobRunner:
             "job %s: its nodes did not gather in %.0f s; node given back", job.id, self.settings.node_gather_seconds
         )
         return "busy"
+
+    def _refused(self, job_id: str) -> bool:
+        """Whether the job the rule placed here fails before it is claimed: this worker's catalog
+        cannot build its spec (a model or dataset plugin the API has is not installed here, or the
+        API runs a newer contract). The API and its workers are meant to share one catalog; a
+        mismatch is told at once, naming this worker, rather than claimed and left running."""
+        with transaction(self.sessions) as session:
+            spec = worker_gateway.queued_spec(session, job_id)
+            if spec is None:
+                return False
+            try:
+                JobSpec.model_validate(spec)
+            except ValidationError as invalid:
+                reason = invalid.errors()[0]["msg"].removeprefix("Value error, ")
+                error = (
+                    f"worker {self.hostname} cannot build this spec ({reason}): install the same model "
+                    "and dataset plugins on the workers as on the API"
+                )
+                worker_gateway.refuse(session, job_id, error)
+                log.warning("job %s refused: %s", job_id, error)
+                return True
+        return False
 
     def _cannot_run_here(self, job: QueuedJob, fleet: list[WorkerStatus]) -> str:
         reason = waiting_reason(job.device, job.needed, fleet, job.nodes, job.own_code)

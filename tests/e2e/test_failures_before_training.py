@@ -60,3 +60,37 @@ def test_a_code_entry_that_is_not_in_the_archive_fails_the_job_naming_it(stack_o
     assert named in failed["error"].splitlines()[-1], failed["error"]
     logs = client.get(f"/v1/jobs/{failed['id']}/logs").text
     assert "Traceback" in logs and named in logs, logs[-2000:]
+
+
+def only_the_api_s_plugin(folder) -> str:
+    """A plugin model ("api-only-mlp": the built-in MLP under another name) installed where only
+    the process given this folder as PYTHONPATH finds it: an API upgraded before its workers."""
+    folder.mkdir()
+    (folder / "api_only_plugin.py").write_text(
+        "from trainjobs.contract.builtins import MODELS\n\nMLP = MODELS['mlp']\n"
+    )
+    dist = folder / "api_only_plugin-0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: api-only-plugin\nVersion: 0\n")
+    (dist / "entry_points.txt").write_text("[trainjobs.models]\napi-only-mlp = api_only_plugin:MLP\n")
+    return str(folder)
+
+
+def test_a_model_the_api_has_and_the_worker_lacks_fails_the_job_before_any_claim(stack_on, sqlite_url, tmp_path):
+    stack = stack_on(sqlite_url, with_worker=False, PYTHONPATH=only_the_api_s_plugin(tmp_path / "api-only"))
+    stack.start_worker(PYTHONPATH=str(tmp_path / "nothing"))
+    client = stack.client(stack.token())
+    spec = wavesort_spec() | {"model": {"name": "api-only-mlp"}, "data": {"name": "digits"}}
+    refused = wait_for_terminal(client, client.post("/v1/jobs", json=spec).json()["id"], timeout=60)
+    assert (refused["state"], refused["stop_reason"], refused["started_at"]) == ("failed", "error", None), refused
+    assert refused["error"].startswith(f"worker worker-{stack.namespace} cannot build this spec"), refused["error"]
+    assert "unknown model 'api-only-mlp'" in refused["error"], refused["error"]
+    # The worker goes on with the next job (before, it was held by the one it could not build).
+    built_in = wait_for_terminal(
+        client,
+        client.post("/v1/jobs", json=wavesort_spec() | {"model": {"name": "mlp"}, "data": {"name": "digits"}}).json()[
+            "id"
+        ],
+        timeout=120,
+    )
+    assert built_in["state"] == "succeeded", built_in["error"]

@@ -49,11 +49,13 @@ def attempt_transition(session, job: JobRow, name: str) -> None:
             lifecycle.requeue(session, job, "requeued: worker w was lost")
         case "explain_waiting":
             lifecycle.explain_waiting(session, job, "no live cpu worker")
+        case "refuse":
+            lifecycle.refuse(session, job, "worker w cannot build this spec")
         case "delete":
             lifecycle.delete(session, job)
 
 
-@pytest.mark.parametrize("name", ["cancel", "finish", "requeue", "explain_waiting", "delete"])
+@pytest.mark.parametrize("name", ["cancel", "finish", "requeue", "explain_waiting", "refuse", "delete"])
 def test_a_transition_is_refused_from_every_state_it_does_not_start_from(sessions, name):
     allowed = lifecycle.TRANSITIONS[name].from_states
     for state in JOB_STATES:

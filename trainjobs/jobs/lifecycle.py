@@ -17,6 +17,8 @@ The table in docs/design.md ("A job's life") lists the transitions; a test check
                 v  │              preempt
             cancelled              v
                    └──preempted── preempting (rank 0 checkpoints at its next step)
+
+    queued ─refuse─> failed (the worker the rule chose cannot build the spec; before any claim)
 """
 
 from __future__ import annotations
@@ -70,6 +72,12 @@ TRANSITIONS = {
             "reaper (a lease ran out); collector (a node lost)",
         ),
         Transition("explain_waiting", frozenset({"queued"}), frozenset({"queued"}), "reaper's sweep; worker"),
+        Transition(
+            "refuse",
+            frozenset({"queued"}),
+            frozenset({"failed"}),
+            "worker (it cannot build the spec: a plugin missing)",
+        ),
         Transition("preempt", frozenset({"running"}), frozenset({"preempting"}), "API leader (the sharing rule)"),
         Transition(
             "preempted",
@@ -253,6 +261,17 @@ def finish(session: Session, job: JobRow, attempt: int, outcome: StateChange) ->
         waiting_reason=None,
         progress=None,
     )
+    _state_changed(session, job)
+
+
+def refuse(session: Session, job: JobRow, error: str) -> None:
+    """queued -> failed, before any claim: the worker the rule placed it on cannot build its spec
+    (a model or dataset the API's catalog has is not installed there). Claimed, the job would
+    fail to start, its message go back, and the job stay running until its lease ran out."""
+    _check(job, "refuse")
+    job_nodes.remove(session, job.id, job.attempt)  # a multi-node job's nodes taken so far
+    _set(job, state="failed", stop_reason="error", error=error, finished_at=utcnow(), waiting_reason=None)
+    dispatch_intents.remove(session, job.id)
     _state_changed(session, job)
 
 

@@ -177,6 +177,18 @@ def check_lease(session: Session, job_id: str, worker: str, attempt: int, renew_
     return LeaseCheck(state=job.state, same_attempt=same_attempt, ours=ours)
 
 
+def queued_spec(session: Session, job_id: str) -> dict[str, Any] | None:
+    """A queued job's stored spec (None: it is no longer queued)."""
+    job = jobs.get(session, job_id)
+    return job.spec if job is not None and job.state == "queued" else None
+
+
+def refuse(session: Session, job_id: str, error: str) -> None:
+    job = jobs.get(session, job_id, for_update=True)
+    if job is not None and job.state == "queued":
+        lifecycle.refuse(session, job, error)
+
+
 def explain_waiting(session: Session, job_id: str, reason: str) -> None:
     job = jobs.get(session, job_id, for_update=True)
     if job is not None and job.state == "queued":
