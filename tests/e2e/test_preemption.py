@@ -45,7 +45,10 @@ def final_weights(client, job_id: str) -> dict[str, torch.Tensor]:
 def inside_an_epoch(client, job_id: str) -> bool:
     job = client.get(f"/v1/jobs/{job_id}").json()
     progress = job["progress"] or {}
-    return job["epoch"] >= 1 and 3 <= progress.get("step", 0) <= progress.get("steps", 0) - 8
+    # In the epoch's first half: the preemption reaches the ranks steps later (the leader's sweep,
+    # the worker's notice, the signal), more of them on a loaded machine (a CI run saw one that
+    # was asked 8 steps from the end land on the epoch's end).
+    return job["epoch"] >= 1 and 3 <= progress.get("step", 0) <= progress.get("steps", 0) // 2
 
 
 def preempt_once(alice, admin, victim: str) -> str:
