@@ -48,44 +48,26 @@ class Transition:
     caller: str
 
 
+def _in(*states: str) -> frozenset[str]:
+    return frozenset(states)
+
+
 TRANSITIONS = {
     t.name: t
     for t in (
-        Transition("submit", frozenset(), frozenset({"queued"}), "API (POST /v1/jobs)"),
-        Transition("claim", frozenset({"queued"}), frozenset({"running"}), "worker"),
-        Transition(
-            "join", frozenset({"queued"}), frozenset({"queued", "running"}), "worker (a node of a multi-node job)"
-        ),
-        Transition("leave", frozenset({"queued"}), frozenset({"queued"}), "worker (its nodes did not gather in time)"),
+        Transition("submit", _in(), _in("queued"), "API (POST /v1/jobs)"),
+        Transition("claim", _in("queued"), _in("running"), "worker"),
+        Transition("join", _in("queued"), _in("queued", "running"), "worker (a node of a multi-node job)"),
+        Transition("leave", _in("queued"), _in("queued"), "worker (its nodes did not gather in time)"),
         Transition("renew", ACTIVE_STATES, ACTIVE_STATES, "worker"),
-        Transition(
-            "cancel",
-            frozenset({"queued"}) | ACTIVE_STATES,
-            frozenset({"cancelled", "cancelling"}),
-            "API (POST /v1/jobs/{id}/cancel)",
-        ),
+        Transition("cancel", _in("queued") | ACTIVE_STATES, _in("cancelled", "cancelling"), "API (POST .../cancel)"),
         Transition("finish", ACTIVE_STATES, TERMINAL_STATES, "collector (the launcher's or worker's report); reaper"),
-        Transition(
-            "requeue",
-            frozenset({"running"}),
-            frozenset({"queued"}),
-            "reaper (a lease ran out); collector (a node lost)",
-        ),
-        Transition("explain_waiting", frozenset({"queued"}), frozenset({"queued"}), "reaper's sweep; worker"),
-        Transition(
-            "refuse",
-            frozenset({"queued"}),
-            frozenset({"failed"}),
-            "worker (it cannot build the spec: a plugin missing)",
-        ),
-        Transition("preempt", frozenset({"running"}), frozenset({"preempting"}), "API leader (the sharing rule)"),
-        Transition(
-            "preempted",
-            frozenset({"preempting"}),
-            frozenset({"queued"}),
-            "collector (its checkpoint is recorded); API leader (the grace ran out); reaper (lease lost)",
-        ),
-        Transition("delete", TERMINAL_STATES, frozenset(), "API (DELETE /v1/jobs/{id}); retention sweep"),
+        Transition("requeue", _in("running"), _in("queued"), "reaper (a lease ran out); collector (a node lost)"),
+        Transition("explain_waiting", _in("queued"), _in("queued"), "reaper's sweep; worker"),
+        Transition("refuse", _in("queued"), _in("failed"), "worker (its catalog cannot build the spec)"),
+        Transition("preempt", _in("running"), _in("preempting"), "API leader (the sharing rule)"),
+        Transition("preempted", _in("preempting"), _in("queued"), "collector (checkpoint recorded); leader; reaper"),
+        Transition("delete", TERMINAL_STATES, _in(), "API (DELETE /v1/jobs/{id}); retention sweep"),
     )
 }
 
