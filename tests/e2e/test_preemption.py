@@ -60,16 +60,19 @@ def preempt_once(alice, admin, victim: str) -> str:
     return preemptor
 
 
-@pytest.mark.parametrize("loader_workers", [2, 0])
+# Without loader workers an epoch of 1024 samples takes under a second here, shorter than the
+# preemption takes to reach the ranks (a CI-like run saw it land on the epoch's end): 4 times the data.
+@pytest.mark.parametrize(("loader_workers", "num_samples"), [(2, 1024), (0, 4096)])
 def test_a_job_preempted_inside_an_epoch_resumes_at_that_step_with_bit_identical_weights(
-    stack_on, sqlite_url, loader_workers
+    stack_on, sqlite_url, loader_workers, num_samples
 ):
     """With no loader workers the loader draws its first index lazily, after the epoch started:
     the resumed epoch ran its whole shard again (the chaos run's "loss is not finite at step 2"
     of the next epoch: the steps past the epoch's end divided by a group of 0)."""
     stack = stack_on(sqlite_url, **FAST_SHARING)
     alice, admin = stack.client(stack.token("alice")), stack.client(stack.token("root", admin=True))
-    spec = {**VICTIM, "data": {**VICTIM["data"], "params": {**VICTIM["data"]["params"], "num_workers": loader_workers}}}
+    params = {**VICTIM["data"]["params"], "num_workers": loader_workers, "num_samples": num_samples}
+    spec = {**VICTIM, "data": {**VICTIM["data"], "params": params}}
     uninterrupted = alice.post("/v1/jobs", json=spec).json()["id"]
     assert wait_for_terminal(alice, uninterrupted)["state"] == "succeeded"
 
