@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 EXAMPLE_PROJECT = Path(__file__).resolve().parent.parent / "examples" / "own-model"
+OWN_TASK_PROJECT = EXAMPLE_PROJECT.parent / "own-task"
 
 
 def archive_of(files: dict[str, bytes | str], extra: list[tarfile.TarInfo] | None = None) -> bytes:

@@ -136,6 +136,23 @@ def plugin_installed():
 
 
 @pytest.fixture(scope="session")
+def own_task_installed():
+    """examples/own-task installed into this environment as a plugin: the regression ("regressor"
+    on "linear-targets") and the masked sequence model ("token-model" on "masked-sequences")."""
+    import subprocess
+    import sys
+
+    from devstack import OWN_TASK_PROJECT
+
+    command = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index"]
+    subprocess.run([*command, str(OWN_TASK_PROJECT)], check=True)
+    from trainjobs.contract import catalog
+
+    catalog.models.cache_clear()
+    catalog.datasets.cache_clear()
+
+
+@pytest.fixture(scope="session")
 def example_installed():
     """examples/own-model installed into this environment as a plugin (its entry points): the
     same model and dataset a code archive of that folder holds."""

@@ -66,3 +66,13 @@ def test_the_contract_and_the_api_import_no_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_an_installed_model_with_its_own_loss_takes_an_objective_on_its_declared_figures(own_task_installed):
+    regression = tiny_wavenet_spec(
+        model={"name": "regressor"}, data={"name": "linear-targets"}, objective={"metric": "val_mae", "mode": "min"}
+    )
+    assert JobSpec.model_validate(regression).objective.metric == "val_mae"
+    with pytest.raises(ValidationError) as refused:
+        JobSpec.model_validate({**regression, "objective": {"metric": "val_accuracy"}})
+    assert "objective.metric" in str(refused.value) and "train_mae" in str(refused.value)

@@ -87,3 +87,40 @@ def assert_same_weights(first: dict, second: dict, rtol: float = 1e-5) -> None:
     assert first.keys() == second.keys()
     for key in first:
         torch.testing.assert_close(first[key], second[key], rtol=rtol, atol=1e-7, msg=key)
+
+
+class StopAfterSteps:
+    """The ranks' agreement to stop, as a preemption's signal would bring it, after `steps`
+    optimizer steps of this attempt (a one-rank run: no peers to agree with)."""
+
+    def __init__(self, steps: int):
+        self.steps, self.taken = steps, 0
+
+    def after_step(self) -> bool:
+        self.taken += 1
+        return self.taken == self.steps
+
+    def now(self) -> bool:
+        return False
+
+    def finish(self) -> None:
+        pass
+
+
+def preempt_in_process(workdir: Path, job_id: str, spec: dict, steps: int) -> str:
+    """A one-rank job, in this process, stopped after `steps` optimizer steps as a preemption
+    stops it; returns its checkpoint's path (relative to the store) to resume from."""
+    from trainjobs.worker.rank import _trainer
+    from trainjobs.worker.trainer.distributed import init_rank
+    from trainjobs.worker.trainer.trainer import PREEMPTED
+
+    request = local_request(JobSpec.model_validate(spec), workdir, workdir / "data", job_id=job_id)
+    store = StoreAddress(file=str(request.rank_path / "rendezvous.store"))
+    context = init_rank(0, 1, store, "cpu", 60)
+    try:
+        trainer = _trainer(request, context, None)
+        trainer.stop = StopAfterSteps(steps)  # type: ignore[assignment]
+        assert trainer.fit() == PREEMPTED
+        return checkpoint_path(job_id, checkpoint_id(job_id, trainer.epoch, trainer.step), 1)
+    finally:
+        dist.destroy_process_group()

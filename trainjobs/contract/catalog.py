@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import posixpath
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import entry_points
@@ -80,12 +81,47 @@ class ModelParams(StrictModel):
         return self
 
 
+# What the trainer's own loss (cross-entropy on (input, target) pairs) reports each epoch.
+BUILT_IN_FIGURES = ("train_loss", "val_loss", "val_accuracy")
+FIGURE_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+MAX_TASK_METRICS = 16
+
+
 @dataclass(frozen=True)
 class ModelEntry:
+    """`loss` and `metrics`: the model's own task (docs/own-code.md, "Your own task"). `loss`
+    names a function `loss(model, batch)`; `metrics` the values it returns besides "loss";
+    `val_metrics` a function returning torchmetrics objects by name (a subset of `metrics`),
+    updated over the validation set and synced over the ranks at its end."""
+
     params: type[ModelParams]
     builder: str  # "package.module:function", called with the params dict
     description: str = ""
     channels_last: bool = False  # convolutional on images: channels_last memory on cuda
+    loss: str | None = None  # "package.module:function"; None: the trainer's cross-entropy
+    metrics: tuple[str, ...] = ()
+    val_metrics: str | None = None  # "package.module:function" () -> {name: torchmetrics.Metric}
+
+    def __post_init__(self) -> None:
+        if self.loss is None and (self.metrics or self.val_metrics):
+            raise ValueError("a ModelEntry's metrics come from its loss: give loss= too")
+        if not isinstance(self.metrics, tuple) or len(self.metrics) > MAX_TASK_METRICS:
+            raise ValueError(f"a ModelEntry's metrics are a tuple of at most {MAX_TASK_METRICS} names")
+        for name in self.metrics:
+            if not isinstance(name, str) or not FIGURE_NAME.match(name) or name == "loss":
+                raise ValueError(f"metric name {name!r}: a name is [a-z][a-z0-9_]{{0,39}}, and not 'loss'")
+        if len(set(self.metrics)) != len(self.metrics):
+            raise ValueError(f"a ModelEntry's metrics repeat a name: {self.metrics}")
+
+    @property
+    def figures(self) -> tuple[str, ...]:
+        """The figures each epoch of this model reports (what an objective may name). A
+        torchmetrics name is a validation figure only; the API does not know which names those
+        are (they come from running code), so it accepts both prefixes for every name."""
+        if self.loss is None:
+            return BUILT_IN_FIGURES
+        names = ("loss", *self.metrics)
+        return tuple(f"{phase}_{name}" for phase in ("train", "val") for name in names)
 
 
 @dataclass(frozen=True)

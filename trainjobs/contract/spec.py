@@ -114,11 +114,6 @@ class EarlyStoppingSpec(StrictModel):
     min_delta: float = Field(0.0, ge=0.0)
 
 
-# What the trainer's own loss (cross-entropy on (input, target) pairs) reports each epoch: the
-# figures an objective may name for a built-in or installed model.
-BUILT_IN_FIGURES = ("train_loss", "val_loss", "val_accuracy")
-
-
 class ObjectiveSpec(StrictModel):
     """The figure that says which epoch is best: early stopping watches it and the best checkpoint
     is the best by it."""
@@ -222,7 +217,10 @@ class JobSpec(StrictModel):
             if self.data.name not in datasets:
                 raise SpecError("data.name", f"unknown dataset {self.data.name!r}; known: {sorted(datasets)}")
             data_params = validate_params(datasets[self.data.name].params, self.data.params, "data.params")
-            data_info = data_params.describe()
+            try:
+                data_info = data_params.describe()
+            except NotImplementedError:  # a plugin's dataset that does not say what it holds
+                data_info = None
             self.data.params = data_params.model_dump(mode="json")
         if not self.from_code(self.model.name):
             if self.model.name not in models:
@@ -231,10 +229,11 @@ class JobSpec(StrictModel):
             if data_info is not None:  # else the worker fills them from the dataset it builds
                 model_params = model_params.resolve(data_info)
             self.model.params = model_params.model_dump(mode="json")
-            if self.objective.metric not in BUILT_IN_FIGURES:  # a code model's: its ranks check it
+            figures = models[self.model.name].figures  # a code model's: its ranks check it
+            if self.objective.metric not in figures:
                 raise SpecError(
                     "objective.metric",
-                    f"model {self.model.name!r} reports {', '.join(BUILT_IN_FIGURES)}; not {self.objective.metric!r}",
+                    f"model {self.model.name!r} reports {', '.join(figures)}; not {self.objective.metric!r}",
                 )
 
     def from_code(self, name: str) -> bool:

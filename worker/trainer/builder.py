@@ -16,10 +16,11 @@ from torch.optim.lr_scheduler import LRScheduler
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from trainjobs.contract.spec import JobSpec
-from trainjobs.worker.trainer.catalog import build_datasets, build_model, uses_channels_last
+from trainjobs.worker.trainer.catalog import build_datasets, build_model, build_task, uses_channels_last
 from trainjobs.worker.trainer.distributed import RankContext
 from trainjobs.worker.trainer.preemption import ResumableSampler
 from trainjobs.worker.trainer.schedule import build_scheduler
+from trainjobs.worker.trainer.task import Task
 
 
 @dataclass
@@ -34,6 +35,7 @@ class TrainingParts:
     scaler: torch.amp.GradScaler
     memory_format: torch.memory_format  # channels_last for convolutional models on cuda
     steps_per_epoch: int  # optimizer steps
+    task: Task  # the loss and the figures it reports
 
 
 def build_parts(spec: JobSpec, rank: RankContext, data_root: Path) -> TrainingParts:
@@ -65,6 +67,7 @@ def build_parts(spec: JobSpec, rank: RankContext, data_root: Path) -> TrainingPa
         scaler=torch.amp.GradScaler(device.type, enabled=spec.precision == "fp16"),
         memory_format=memory_format,
         steps_per_epoch=steps_per_epoch,
+        task=build_task(spec.model.name, device),
     )
 
 

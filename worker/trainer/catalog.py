@@ -12,6 +12,7 @@ from importlib import import_module
 from pathlib import Path
 from typing import Any, TypeVar
 
+import torch
 from torch import nn
 from torch.utils.data import Dataset
 
@@ -20,6 +21,7 @@ from trainjobs.contract.catalog import DataInfo, DatasetEntry, ModelEntry, SpecE
 from trainjobs.contract.code import is_entry_reference
 from trainjobs.contract.spec import DataRef, JobSpec, ModelRef, validate_params
 from trainjobs.worker.trainer.data.split import split_train_val
+from trainjobs.worker.trainer.task import Task, TaskError, cross_entropy
 
 EntryT = TypeVar("EntryT", ModelEntry, DatasetEntry)
 
@@ -96,3 +98,22 @@ def build_model(name: str, params: dict[str, Any], dataset: Dataset | None = Non
 
 def uses_channels_last(name: str) -> bool:
     return model_entry(name).channels_last
+
+
+def build_task(name: str, device: torch.device) -> Task:
+    """The model's loss and the figures it reports: its entry's own, or the trainer's
+    cross-entropy (train_loss; val_loss and val_accuracy)."""
+    entry = model_entry(name)
+    if entry.loss is None:
+        return Task(cross_entropy, "the trainer's cross-entropy", ("loss",), ("loss", "accuracy"))
+    try:
+        function = _import_attribute(entry.loss)
+        made = _import_attribute(entry.val_metrics)() if entry.val_metrics else {}
+    except (ImportError, AttributeError) as error:
+        raise SpecError("model.name", f"{name!r}: its loss or val_metrics cannot be imported: {error}") from None
+    names = ("loss", *entry.metrics)
+    unknown = sorted(set(made) - set(entry.metrics))
+    if unknown:
+        raise TaskError(f"{entry.val_metrics} made {unknown}, which the entry's metrics do not declare")
+    train_names = tuple(figure for figure in names if figure not in made)
+    return Task(function, entry.loss, train_names, names, {key: metric.to(device) for key, metric in made.items()})

@@ -2,7 +2,8 @@
 checkpointer (checkpoints.py); everything a resume needs is in its state_dict.
 
 Read `train_epoch` top to bottom: autocast, the gradient scaler, accumulation with gradient
-sync on the last micro-step only, clipping and the per-step schedule are each a few lines.
+sync on the last micro-step only, clipping and the per-step schedule are each a few lines. The
+loss is the model's task's (task.py): the trainer's cross-entropy, or the model entry's own.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+import torch.distributed as dist
 from pydantic import BaseModel
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -25,8 +26,9 @@ from trainjobs.contract.events import EpochMetrics
 from trainjobs.contract.spec import JobSpec
 from trainjobs.worker.trainer.builder import TrainingParts
 from trainjobs.worker.trainer.checkpoints import Checkpointer
-from trainjobs.worker.trainer.distributed import RankContext, all_reduce_sum
+from trainjobs.worker.trainer.distributed import RankContext
 from trainjobs.worker.trainer.preemption import StopAgreement
+from trainjobs.worker.trainer.task import FigureSums, StepResult, batch_size, means, to_device
 from trainjobs.worker.trainer.telemetry import EpochTelemetry
 
 AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -57,6 +59,18 @@ def objective_value(metrics: EpochMetrics, name: str) -> float:
     return figures[name]
 
 
+def _partial_sums(state: dict[str, Any]) -> tuple[dict[str, list[float]], int]:
+    """A checkpoint's sums of its epoch's steps so far, and their samples. Checkpoints from before
+    the task's figures held [loss sum, samples]."""
+    partial = state.get("partial", {})
+    if isinstance(partial, list | tuple):
+        loss_sum, samples = partial
+        return ({"loss": [float(loss_sum), float(samples)]} if samples else {}), int(samples)
+    return {name: [float(total), float(count)] for name, (total, count) in partial.items()}, int(
+        state.get("partial_samples", 0)
+    )
+
+
 def _as_tuples(value: Any) -> Any:
     """random.setstate wants tuples where a checkpoint may hold lists."""
     return tuple(_as_tuples(item) for item in value) if isinstance(value, list | tuple) else value
@@ -77,13 +91,12 @@ class Trainer:
         self.rank = rank
         self.checkpointer = checkpointer
         self.report = report  # rank 0 only; None elsewhere
-        self.raw_model = parts.model
-        self.model = parts.wrapped
+        self.raw_model, self.model = parts.model, parts.wrapped  # the plain model, and what a step calls
         self.train_loader, self.train_sampler = parts.train_loader, parts.train_sampler
         self.val_loader = parts.val_loader
         self.optimizer, self.scheduler, self.scaler = parts.optimizer, parts.scheduler, parts.scaler
-        self.memory_format = parts.memory_format
-        self.steps_per_epoch = parts.steps_per_epoch
+        self.memory_format, self.steps_per_epoch = parts.memory_format, parts.steps_per_epoch
+        self.task = parts.task  # the loss and the figures it reports
         # Data wait, peak memory, GPU use and in-epoch progress (reported by rank 0).
         self.telemetry = telemetry or EpochTelemetry(
             rank.device, rank.world_size, spec.epochs, self.steps_per_epoch, None
@@ -91,15 +104,18 @@ class Trainer:
 
         self.stop = stop  # the ranks' agreement to stop for a preemption (None: never asked)
         self.batches_per_epoch = len(self.train_loader)  # micro-batches of a whole epoch, per rank
+        self.samples_per_epoch = self.train_sampler.num_samples  # per rank
 
         self.epoch = 0  # last finished epoch
         self.objective = spec.objective  # which figure says an epoch is the best so far
         self.best_objective = self.objective.worst
         self.epochs_without_improvement = 0
-        # Inside an epoch (a preemption's checkpoint): optimizer steps done in epoch + 1, what they
-        # summed (over all ranks), and the RNG state before the epoch's loader iterator was made.
+        # Inside an epoch (a preemption's checkpoint): optimizer steps done in epoch + 1, what their
+        # figures and samples summed (over all ranks), and the RNG state before the epoch's loader
+        # iterator was made.
         self.step = 0
-        self.partial: tuple[float, int] = (0.0, 0)
+        self.partial: dict[str, list[float]] = {}
+        self.partial_samples = 0
         self.epoch_rng: torch.Tensor | None = None
 
     # ---- the loop ------------------------------------------------------------------------------
@@ -145,42 +161,42 @@ class Trainer:
         trained = self.train_epoch(epoch)
         if trained is None:
             return None
-        train_loss, samples = trained
-        figures = self.telemetry.finish_epoch()
+        train, samples = trained
+        telemetry = self.telemetry.finish_epoch()
         seconds = time.perf_counter() - start
-        val_loss, val_accuracy = self.evaluate()
+        figures = {f"train_{name}": value for name, value in train.items()}
+        figures.update({f"val_{name}": value for name, value in self.evaluate().items()})
         lr = self.optimizer.param_groups[0]["lr"]
         # A loss can diverge after the last checked step (one step per epoch, say): the job fails
         # here, saying so, rather than reporting numbers that JSON cannot carry.
-        for what, value in (("training loss", train_loss), ("validation loss", val_loss), ("learning rate", lr)):
+        for name, value in {**figures, "lr": lr}.items():
             if not math.isfinite(value):
-                raise FloatingPointError(f"{what} is not finite at epoch {epoch} ({value}): the run diverged")
+                raise FloatingPointError(
+                    f"{name} is not finite at epoch {epoch} ({value}, from {self.task.function_name}): the run diverged"
+                )
         return EpochMetrics(
             epoch=epoch,
-            train_loss=train_loss,
-            val_loss=val_loss,
-            val_accuracy=val_accuracy,
             lr=lr,
             epoch_seconds=seconds,
             samples_per_second=samples / seconds if seconds > 0 else 0.0,
             **figures,
+            **telemetry,
         )
 
-    def train_epoch(self, epoch: int) -> tuple[float, int] | None:
+    def train_epoch(self, epoch: int) -> tuple[dict[str, float], int] | None:
         """One pass over this rank's shard (from `self.step` on, after a preemption's checkpoint);
-        returns the global mean loss and global samples, or None when the ranks agreed to stop
-        inside it (a preemption: rank 0 has checkpointed the step)."""
+        returns the figures' means and the samples over all ranks, or None when the ranks agreed
+        to stop inside it (a preemption: rank 0 has checkpointed the step)."""
         spec, device = self.spec, self.rank.device
         self.model.train()
         skipped = self._start_epoch(epoch)
         n_batches = self.batches_per_epoch
-        loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-        first_bad_step = torch.full((), -1, dtype=torch.long, device=device)
-        samples = 0
-        for index, (inputs, targets) in enumerate(self.telemetry.batches(self._epoch_batches)):
+        sums = FigureSums(self.task.train_names, device, self.partial, self.partial_samples)
+        first_bad = (torch.full((), -1, dtype=torch.long, device=device), torch.zeros((), device=device))
+        group_count = torch.zeros((), dtype=torch.float64, device=device)  # a (sum, count) loss's
+        for index, batch in enumerate(self.telemetry.batches(self._epoch_batches)):
             step = skipped + index  # the micro-batch's place in the whole epoch
-            inputs = inputs.to(device, non_blocking=True, memory_format=self._input_format(inputs))
-            targets = targets.to(device, non_blocking=True)
+            batch = to_device(batch, device, self.memory_format)
             # Micro-batches form groups of accumulation_steps; a trailing group may be shorter.
             group_start = step - step % spec.accumulation_steps
             group_size = min(spec.accumulation_steps, n_batches - group_start)
@@ -189,21 +205,54 @@ class Trainer:
             sync = nullcontext() if last_micro_step or not self._is_ddp else self.model.no_sync()
             with sync:
                 with self._autocast():
-                    loss = F.cross_entropy(self.model(inputs), targets)
-                self.scaler.scale(loss / group_size).backward()
-            loss = loss.detach()
-            loss_sum += loss * len(inputs)
-            samples += len(inputs)
-            # Remember the first non-finite step without a host sync per step; checked below.
-            first_bad_step = torch.where((first_bad_step < 0) & ~torch.isfinite(loss), step, first_bad_step)
+                    result = self.task.step(self.model, batch, training=True)
+                self.scaler.scale(self._share_of_group(result, batch, group_start, group_size)).backward()
+            sums.add(result.figures, batch_size(batch))
+            if result.loss_count is not None:
+                group_count += result.loss_count
+            first_bad = self._first_bad(first_bad, step, result.loss.detach())  # checked at the end
             if last_micro_step:
-                self._optimizer_step(samples)
+                if result.loss_count is not None:
+                    self._divide_gradients(group_count)  # and counts the next group from 0
+                self._optimizer_step(sums.samples)
                 inside = step + 1 < n_batches  # a stop at the epoch's last step waits for its end
                 if inside and self.stop is not None and self.stop.after_step():
-                    self._checkpoint_inside(epoch, (step + 1) // spec.accumulation_steps, loss_sum, samples)
+                    self._checkpoint_inside(epoch, (step + 1) // spec.accumulation_steps, sums)
                     return None
-        self._fail_if_diverged(epoch, int(first_bad_step.item()), n_batches)
-        return self._epoch_totals(loss_sum, samples)
+        self._fail_if_diverged(epoch, first_bad, n_batches)
+        totals, samples = sums.over_ranks()
+        self.step, self.partial, self.partial_samples = 0, {}, 0
+        return means(totals), samples
+
+    def _share_of_group(self, result: StepResult, batch, group_start: int, group_size: int) -> torch.Tensor:
+        """What this micro-batch backpropagates, so that a group of micro-batches equals one batch
+        of them all: a mean loss weighted by the batch's share of the group's samples; a summed
+        loss as it is (`_divide_gradients` divides by the group's count over every rank)."""
+        if result.loss_count is not None:
+            return result.loss
+        first = group_start * self.train_loader.batch_size
+        group_samples = min(first + group_size * self.train_loader.batch_size, self.samples_per_epoch) - first
+        return result.loss * (batch_size(batch) / group_samples)
+
+    def _divide_gradients(self, group_count: torch.Tensor) -> None:
+        """A summed loss's gradients (averaged over the ranks by DDP) over the group's count of
+        every rank: the gradient of the group's sum over its count (zero where it counted none)."""
+        total = group_count.clone()
+        ranks = self.rank.world_size if self._is_ddp else 1
+        if ranks > 1:
+            dist.all_reduce(total)
+        factor = torch.where(total > 0, ranks / total.clamp(min=1e-300), 0.0).float()
+        group_count.zero_()
+        for parameter in self.raw_model.parameters():
+            if parameter.grad is not None:
+                parameter.grad.mul_(factor)
+
+    @staticmethod
+    def _first_bad(first_bad: tuple[torch.Tensor, torch.Tensor], step: int, loss: torch.Tensor):
+        """The first micro-batch whose loss is not finite, and that loss, without a host sync."""
+        bad_step, bad_loss = first_bad
+        new = (bad_step < 0) & ~torch.isfinite(loss)
+        return torch.where(new, step, bad_step), torch.where(new, loss.float(), bad_loss)
 
     def _optimizer_step(self, samples: int) -> None:
         """Clip, step (under fp16 the scaler skips a step with inf/nan gradients), schedule."""
@@ -215,15 +264,6 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.telemetry.optimizer_step(samples)
-
-    def _epoch_totals(self, loss_sum: torch.Tensor, samples: int) -> tuple[float, int]:
-        """The epoch's global mean loss and samples: this run's over all ranks, and what the steps
-        before a preemption had summed."""
-        earlier_loss, earlier_samples = self.partial
-        self.step, self.partial = 0, (0.0, 0)
-        total_loss, total_samples = all_reduce_sum([loss_sum.item(), samples], self.rank.device)
-        total_loss, total_samples = total_loss + earlier_loss, total_samples + earlier_samples
-        return total_loss / max(total_samples, 1), int(total_samples)
 
     def _start_epoch(self, epoch: int) -> int:
         """Set the epoch's shuffle and make its loader iterator (`_epoch_batches`), starting after
@@ -244,42 +284,41 @@ class Trainer:
             torch.set_rng_state(resumed_rng)
         return skipped
 
-    def _checkpoint_inside(self, epoch: int, step: int, loss_sum: torch.Tensor, samples: int) -> None:
+    def _checkpoint_inside(self, epoch: int, step: int, sums: FigureSums) -> None:
         """Every rank stops after optimizer step `step` of `epoch`; rank 0 checkpoints it, with the
         epoch's sums so far over all ranks (its metrics then count every sample once)."""
-        total_loss, total_samples = all_reduce_sum([loss_sum.item(), samples], self.rank.device)
-        earlier_loss, earlier_samples = self.partial
-        self.step, self.partial = step, (total_loss + earlier_loss, int(total_samples + earlier_samples))
+        self.step = step
+        self.partial, self.partial_samples = sums.over_ranks()
         if self.rank.is_main:
             started = time.perf_counter()
             self.checkpointer.save(self.epoch, self.state_dict(), is_best=False, step=step)
             seconds = time.perf_counter() - started
             print(f"preempted: checkpointed step {step} of epoch {epoch} in {seconds:.3f} s", flush=True)
 
-    def _fail_if_diverged(self, epoch: int, bad_step: int, n_batches: int) -> None:
+    def _fail_if_diverged(self, epoch: int, first_bad: tuple[torch.Tensor, torch.Tensor], n_batches: int) -> None:
         """fp32 and bf16: a non-finite loss fails the job. fp16: the scaler skips such steps."""
+        bad_step = int(first_bad[0].item())
         if bad_step >= 0 and self.spec.precision != "fp16":
-            raise FloatingPointError(f"loss is not finite at epoch {epoch}, step {bad_step + 1} of {n_batches}")
+            raise FloatingPointError(
+                f"loss is not finite at epoch {epoch}, step {bad_step + 1} of {n_batches}: "
+                f"{self.task.function_name} returned {first_bad[1].item()}"
+            )
 
     @torch.no_grad()
-    def evaluate(self) -> tuple[float, float]:
-        """Mean validation loss and accuracy over the whole validation set (all ranks)."""
+    def evaluate(self) -> dict[str, float]:
+        """The validation figures over the whole validation set (all ranks): each one's mean over
+        its samples (or its count), and the torchmetrics ones as they compute."""
         device = self.rank.device
         self.model.eval()
-        loss_sum, correct, count = 0.0, 0.0, 0.0
-        for inputs, targets in self.val_loader:
-            inputs = inputs.to(device, non_blocking=True, memory_format=self._input_format(inputs))
-            targets = targets.to(device, non_blocking=True)
+        sums = FigureSums(self.task.summed_names, device)
+        for batch in self.val_loader:
+            batch = to_device(batch, device, self.memory_format)
             with self._autocast():
-                logits = self.raw_model(inputs).float()
-            # Per sample first (a sequence target averages its time steps), then summed.
-            per_sample_loss = F.cross_entropy(logits, targets, reduction="none").reshape(len(targets), -1)
-            per_sample_hits = (logits.argmax(dim=1) == targets).float().reshape(len(targets), -1)
-            loss_sum += per_sample_loss.mean(dim=1).sum().item()
-            correct += per_sample_hits.mean(dim=1).sum().item()
-            count += len(targets)
-        loss_sum, correct, count = all_reduce_sum([loss_sum, correct, count], device)
-        return loss_sum / max(count, 1), correct / max(count, 1)
+                result = self.task.step(self.raw_model, batch, training=False)
+            sums.add(result.figures, batch_size(batch))
+            self.task.update_metrics(result.metric_updates)
+        totals, _samples = sums.over_ranks()
+        return {**means(totals), **self.task.computed_metrics()}
 
     def load_weights(self, weights: dict[str, torch.Tensor]) -> list[str]:
         """init_from: take the weights whose names and shapes match; return the keys skipped
@@ -309,7 +348,8 @@ class Trainer:
                 "epoch_start": self.epoch_rng if self.step else None,
             },
             "step": self.step,
-            "partial": list(self.partial),
+            "partial": self.partial,
+            "partial_samples": self.partial_samples,
             "spec": self.spec.model_dump(mode="json"),
         }
 
@@ -334,8 +374,7 @@ class Trainer:
             keys = rng["numpy"].numpy().astype(np.uint32)
             np.random.set_state(("MT19937", keys, rng["numpy_position"], has_gauss, gauss))
         self.step = state.get("step", 0)
-        earlier_loss, earlier_samples = state.get("partial", (0.0, 0))
-        self.partial = (float(earlier_loss), int(earlier_samples))
+        self.partial, self.partial_samples = _partial_sums(state)
         self.epoch_rng = rng.get("epoch_start")
 
     # ---- small rules ---------------------------------------------------------------------------
@@ -343,9 +382,6 @@ class Trainer:
     @property
     def _is_ddp(self) -> bool:
         return isinstance(self.model, DistributedDataParallel)
-
-    def _input_format(self, inputs: torch.Tensor) -> torch.memory_format:
-        return self.memory_format if inputs.dim() == 4 else torch.contiguous_format
 
     def _autocast(self):
         dtype = AUTOCAST_DTYPES.get(self.spec.precision)

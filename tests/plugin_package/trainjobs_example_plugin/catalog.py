@@ -32,3 +32,28 @@ LOGISTIC = ModelEntry(LogisticParams, "trainjobs_example_plugin.build:logistic",
 BLOBS = DatasetEntry(BlobsParams, "trainjobs_example_plugin.build:blobs", "Gaussian blobs, one per class")
 SLEEPY_BLOBS = DatasetEntry(SleepyBlobsParams, "trainjobs_example_plugin.build:sleepy_blobs", "blobs that load slowly")
 LEAKY = ModelEntry(LogisticParams, "trainjobs_example_plugin.build:leaky", "a linear classifier that leaves traces")
+
+
+# ---- tasks of their own (tasks.py) -----------------------------------------------------------------
+
+
+class BrokenLossParams(LogisticParams):
+    mode: str = "undeclared"
+
+
+TASKS = "trainjobs_example_plugin.tasks"
+F1_CLASSIFIER = ModelEntry(
+    LogisticParams,
+    "trainjobs_example_plugin.build:logistic",
+    "a linear classifier with a macro F1",
+    loss=f"{TASKS}:cross_entropy_with_f1",
+    metrics=("f1",),
+    val_metrics=f"{TASKS}:f1_metrics",
+)
+BROKEN_LOSS = ModelEntry(
+    BrokenLossParams,
+    f"{TASKS}:modal_linear",
+    "a loss that breaks the contract",
+    loss=f"{TASKS}:broken_loss",
+    metrics=("declared",),
+)
