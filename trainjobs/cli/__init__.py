@@ -15,7 +15,14 @@ from importlib import metadata
 import httpx
 from pydantic import ValidationError
 
-from trainjobs.cli import client_commands, code_commands, server_commands, sharing_commands, worker_commands
+from trainjobs.cli import (
+    client_commands,
+    code_commands,
+    metrics_table,
+    server_commands,
+    sharing_commands,
+    worker_commands,
+)
 from trainjobs.cli.registry import (
     EXIT_API_DOWN,
     EXIT_FAILED,
@@ -49,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     server_commands.register(commands)
     worker_commands.register(commands)
     client_commands.register(commands)
+    metrics_table.register(commands)
     code_commands.register(commands)
     sharing_commands.register(commands)
     return parser

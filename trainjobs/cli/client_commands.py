@@ -41,7 +41,6 @@ def register(commands: Commands) -> None:
         ("status", show_status, "print a job as JSON", True),
         ("watch", watch, "follow a job with a progress bar until it ends; exit 0 only if it succeeded", False),
         ("cancel", cancel, "cancel a job (a running one has its ranks ended)", False),
-        ("metrics", show_metrics, "print a job's per-epoch metrics", True),
         ("delete", delete, "delete an ended job with its metrics, logs and checkpoint files", False),
     ):
         command = commands.add(name, handler, help_, client=True)
@@ -134,31 +133,6 @@ def printable_lines(text: str) -> str:
     """A rank's output as a terminal may show it: each line escaped (an escape sequence a rank
     printed is shown, not obeyed), the line breaks kept."""
     return "".join(printable(line) + "\n" for line in text.splitlines())
-
-
-def show_metrics(args: argparse.Namespace) -> None:
-    with client_for(args) as client:
-        rows = [row.model_dump(mode="json") for row in client.metrics(args.job_id)]
-    if args.json:
-        print_json({"items": rows})
-        return
-    columns = ("EPOCH", "TRAIN_LOSS", "VAL_LOSS", "VAL_ACC", "LR", "SECONDS", "SAMPLES/S")
-    print_table(
-        columns,
-        (
-            (
-                row["epoch"],
-                f"{row['train_loss']:.4f}",
-                f"{row['val_loss']:.4f}",
-                f"{row['val_accuracy']:.4f}" if row.get("val_accuracy") is not None else "-",
-                f"{row['lr']:.3g}",
-                f"{row['epoch_seconds']:.2f}",
-                f"{row['samples_per_second']:.1f}",
-            )
-            for row in rows
-        ),
-        right=columns,
-    )
 
 
 def follow(client: TrainJobsClient, job_id: str) -> int:

@@ -57,6 +57,15 @@ class EpochMetrics(BaseModel):
         None, ge=0.0, le=1.0, description="mean over ranks and the epoch; null on cpu"
     )
 
+    @property
+    def figures(self) -> dict[str, float]:
+        """The epoch's train_/val_ figures, a model's own among them (`train_mae`, `val_f1`)."""
+        return {
+            name: value
+            for name, value in self.model_dump().items()
+            if name.startswith(("train_", "val_")) and isinstance(value, float)
+        }
+
     @model_validator(mode="after")
     def _flat_extras(self) -> EpochMetrics:
         extras = self.__pydantic_extra__ or {}

@@ -49,11 +49,7 @@ def _numpy_state() -> dict[str, Any]:
 def objective_value(metrics: EpochMetrics, name: str) -> float:
     """The epoch's value of the objective `name`; a name the epoch did not report fails the job
     naming the figures it did (a code model's objective is known only here)."""
-    figures = {
-        key: value
-        for key, value in metrics.model_dump().items()
-        if key.startswith(("train_", "val_")) and isinstance(value, float)
-    }
+    figures = metrics.figures
     if name not in figures:
         raise ValueError(f"objective.metric {name!r} is not a figure this job reports; it reports {sorted(figures)}")
     return figures[name]

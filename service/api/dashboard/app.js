@@ -195,6 +195,10 @@ function showJob(jobId) {
   const memoryChart = document.createElementNS("http://www.w3.org/2000/svg", "svg");
   memoryChart.setAttribute("class", "chart small");
   memoryChart.id = "memory-chart";
+  // Which figure the chart shows: the objective's, until someone picks another.
+  let figure = null;
+  const figureChoice = h("select", { id: "figure-choice", onchange: (event) => { figure = event.target.value; drawChart(); } });
+  const legendTrain = h("span", { id: "legend-train" }), legendVal = h("span", { id: "legend-val" });
   const epochsBody = h("tbody", { id: "epochs" });
   const dataHint = h("p", { class: "hint", id: "data-wait-hint", hidden: "" },
     "Training waited for data much of the time: raise the data set's num_workers, turn on pin_memory, or pre-pack the data (",
@@ -206,9 +210,8 @@ function showJob(jobId) {
   view.replaceChildren(
     h("p", {}, h("a", { href: "#/" }, "← all jobs")), header,
     h("div", { class: "grid" },
-      h("div", { class: "card" }, h("h2", {}, "Loss and learning rate"),
-        h("div", { class: "legend" }, h("span", {}, h("i", { style: "background:var(--blue)" }), "train loss"),
-          h("span", {}, h("i", { style: "background:var(--orange)" }), "validation loss"), h("span", {}, h("i", { style: "background:#9aa3b5" }), "lr (right axis)")),
+      h("div", { class: "card" }, h("h2", {}, "Figures and learning rate ", figureChoice),
+        h("div", { class: "legend" }, legendTrain, legendVal, h("span", {}, h("i", { style: "background:#9aa3b5" }), "lr (right axis)")),
         chart),
       h("div", { class: "card" }, h("h2", {}, "Checkpoints"),
         h("table", {}, h("thead", {}, h("tr", {}, ["epoch", "size", "best", ""].map((t) => h("th", {}, t)))), checkpointsBody))),
@@ -239,6 +242,19 @@ function showJob(jobId) {
         canCancel ? h("button", { class: "danger", id: "cancel", onclick: cancel }, "Cancel job") : "",
         TERMINAL_STATES.has(job.state) ? h("button", { class: "danger", id: "delete", onclick: confirmDelete }, "Delete job…") : ""));
     spec.textContent = JSON.stringify(job.spec, null, 2);
+  }
+
+  function drawChart() {
+    const figures = chartFigures(metrics);
+    const objective = job ? job.spec.objective.metric.replace(/^(train|val)_/, "") : "loss";
+    const shown = figure && figures.includes(figure) ? figure : figures.includes(objective) ? objective : figures[0] || "loss";
+    if ([...figureChoice.options].map((option) => option.value).join() !== figures.join()) {
+      figureChoice.replaceChildren(...figures.map((name) => h("option", { value: name }, name)));
+    }
+    figureChoice.value = shown;
+    legendTrain.replaceChildren(h("i", { style: "background:var(--blue)" }), `train ${shown}`);
+    legendVal.replaceChildren(h("i", { style: "background:var(--orange)" }), `validation ${shown}`);
+    drawLossChart(chart, metrics, shown);
   }
 
   function renderEpochs() {
@@ -303,7 +319,7 @@ function showJob(jobId) {
     if (kind === "metrics" && !metrics.some((row) => row.epoch === data.epoch)) {
       metrics.push(data);
       metrics.sort((a, b) => a.epoch - b.epoch);
-      drawLossChart(chart, metrics);
+      drawChart();
       renderEpochs();
       if (job) { job.epoch = Math.max(job.epoch, data.epoch); renderHeader(); }
     }
@@ -318,7 +334,7 @@ function showJob(jobId) {
       job = await (await api(`/v1/jobs/${jobId}`)).json();
       renderHeader();
       for (const row of (await (await api(`/v1/jobs/${jobId}/metrics`)).json()).items) apply("metrics", row);
-      drawLossChart(chart, metrics);
+      drawChart();
       renderEpochs();
       await refreshCheckpoints();
       await refreshLogs();

@@ -1,5 +1,5 @@
-// A small SVG line chart of a job's epochs: train and validation loss on the left axis,
-// learning rate on the right. No library: a few dozen lines are simpler to keep than a bundle.
+// A small SVG line chart of a job's epochs: one figure's train and validation values (the loss,
+// or a model's own: mae, token_accuracy) on the left axis, learning rate on the right. No library: a few dozen lines are simpler to keep than a bundle.
 "use strict";
 
 // Clear `svg` for a W x H drawing; return el(name, attrs, text), which adds one SVG element.
@@ -15,11 +15,18 @@ function canvas(svg, W, H) {
   };
 }
 
-function drawLossChart(svg, rows) {
+// The figures a chart can show: "loss" for train_loss and val_loss, "mae" for train_mae and val_mae.
+function chartFigures(rows) {
+  const names = new Set(rows.flatMap((row) => Object.keys(row)).filter((key) => /^(train|val)_/.test(key) && rows.some((row) => Number.isFinite(row[key]))));
+  return [...new Set([...names].map((key) => key.replace(/^(train|val)_/, "")))];
+}
+
+function drawLossChart(svg, rows, figure = "loss") {
+  const trainKey = `train_${figure}`, valKey = `val_${figure}`;
   const W = 720, H = 280, pad = { left: 56, right: 64, top: 14, bottom: 34 };
   const el = canvas(svg, W, H);
   const epochs = rows.map((row) => row.epoch);
-  const losses = rows.flatMap((row) => [row.train_loss, row.val_loss]).filter(Number.isFinite);
+  const losses = rows.flatMap((row) => [row[trainKey], row[valKey]]).filter(Number.isFinite);
   const lrs = rows.map((row) => row.lr).filter(Number.isFinite);
   const maxEpoch = Math.max(2, ...epochs);
   const [lossLow, lossHigh] = losses.length ? [Math.min(...losses), Math.max(...losses)] : [0, 1];
@@ -42,7 +49,7 @@ function drawLossChart(svg, rows) {
     el("text", { x: x(epoch), y: H - pad.bottom + 16, "text-anchor": "middle" }, String(epoch));
   }
   el("text", { x: (W + pad.left - pad.right) / 2, y: H - 4, "text-anchor": "middle" }, "epoch");
-  el("text", { x: 12, y: pad.top + 6 }, "loss");
+  el("text", { x: 12, y: pad.top + 6 }, figure);
   el("text", { x: W - 22, y: pad.top + 6 }, "lr");
 
   const line = (cls, key, scale) => {
@@ -50,11 +57,11 @@ function drawLossChart(svg, rows) {
     if (points.length > 1) el("polyline", { class: cls, points: points.join(" ") });
   };
   line("lr", "lr", yLr);
-  line("train", "train_loss", y);
-  line("val", "val_loss", y);
+  line("train", trainKey, y);
+  line("val", valKey, y);
   for (const row of rows) {
-    if (Number.isFinite(row.train_loss)) el("circle", { class: "train-point", cx: x(row.epoch), cy: y(row.train_loss), r: 3, "data-epoch": row.epoch });
-    if (Number.isFinite(row.val_loss)) el("circle", { class: "val-point", cx: x(row.epoch), cy: y(row.val_loss), r: 3, "data-epoch": row.epoch });
+    if (Number.isFinite(row[trainKey])) el("circle", { class: "train-point", cx: x(row.epoch), cy: y(row[trainKey]), r: 3, "data-epoch": row.epoch });
+    if (Number.isFinite(row[valKey])) el("circle", { class: "val-point", cx: x(row.epoch), cy: y(row[valKey]), r: 3, "data-epoch": row.epoch });
   }
 }
 
