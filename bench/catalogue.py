@@ -95,6 +95,13 @@ CATALOGUE: tuple[Benchmark, ...] = tuple(
                 ("sandbox_cost",),
                 smoke={"configurations": [(1, "fp32", 1)], "pairs": 1},
             ),
+            Benchmark(
+                "own_loss",
+                "1f",
+                "A loss of the model's own: the hook against the built-in path and the plain loop",
+                ("own_loss",),
+                smoke={"configurations": [(1, "fp32", 1)], "pairs": 1},
+            ),
             Benchmark("scaling", "2", "Scaling on this machine (2 ranks / 1 rank)", ("scaling",), False, "overhead"),
             Benchmark(
                 "dispatch",

@@ -17,15 +17,13 @@ Each row is a ratio to the plain loop (`python -m bench.support.plain_ddp`, as a
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
 import tempfile
-from datetime import datetime
 from pathlib import Path
 
-from bench.support.epochs import ROOT, epochs_of, plain_epochs, plain_process, timed_offset
+from bench.support.epochs import ROOT, local_epochs, plain_epochs, plain_process, timed_offset
 from bench.support.process_cpu import wait_until_quiet
 from bench.support.ratios import compared, pooled
 from bench.support.turn_taking import processes_taking_turns, rates
@@ -36,20 +34,6 @@ from devstack import sql_database
 CONFIGURATION = (1, "bf16", 1)  # §1c's most consistent shortfall, while its jobs were posted at once
 PAIRS = 6
 PARTS = ["fork server", "trainjobs train", "trainjobs train + idle stack", "service, posted at once", "service"]
-
-
-def local_epochs(run_path: Path) -> list[tuple[float, float, float]]:
-    """(start, end, samples) of each epoch of a `trainjobs train` run, from its events.jsonl."""
-    ends: dict[int, float] = {}
-    metrics = []
-    for line in (run_path / "events.jsonl").read_text().splitlines():
-        event = json.loads(line)
-        data = event["data"]
-        if event["kind"] == "progress" and data["step"] == data["steps"]:
-            ends[data["epoch"]] = datetime.fromisoformat(data["at"]).timestamp()
-        elif event["kind"] == "metrics":
-            metrics.append(data)
-    return epochs_of(str(run_path), ends, metrics)
 
 
 def part_and_plain(part: str, spec: dict, scratch: str, threads: int, stack_roots: list[int]) -> dict:

@@ -55,6 +55,20 @@ def plain_epochs(result_file: Path) -> list[tuple[float, float, float]]:
     ]
 
 
+def local_epochs(run_path: Path) -> list[tuple[float, float, float]]:
+    """(start, end, samples) of each epoch of a `trainjobs train` run, from its events.jsonl."""
+    ends: dict[int, float] = {}
+    metrics = []
+    for line in (run_path / "events.jsonl").read_text().splitlines():
+        event = json.loads(line)
+        data = event["data"]
+        if event["kind"] == "progress" and data["step"] == data["steps"]:
+            ends[data["epoch"]] = datetime.fromisoformat(data["at"]).timestamp()
+        elif event["kind"] == "metrics":
+            metrics.append(data)
+    return epochs_of(str(run_path), ends, metrics)
+
+
 def service_epochs(client, job_id: str) -> list[tuple[float, float, float]]:
     """(start, end, samples) of each of the job's epochs: each ends at rank 0's end-of-epoch
     progress report (replayed from the job's event stream) and lasts its `epoch_seconds`."""
