@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from devstack import OWN_TASK_PROJECT
+from devstack import OWN_TASK_PROJECT, wait_for_terminal
 from trainjobs.client import TrainJobsClient
 from trainjobs.worker.sandbox import unavailable_because
 
@@ -63,3 +63,21 @@ def test_both_examples_train_with_their_readme_line_and_report_their_own_figures
         checkpoints = client.get(f"/v1/jobs/{job['id']}/checkpoints").json()["items"]
         by_epoch = {row["epoch"]: row[objective] for row in items}
         assert checkpoints and all(row["objective"] == by_epoch[row["epoch"]] for row in checkpoints)
+
+
+def test_a_loss_that_returns_an_undeclared_name_fails_its_job_once_naming_it(plugin_installed, stack_on, sqlite_url):
+    stack = stack_on(sqlite_url)
+    client = stack.client(stack.token())
+    spec = {
+        "model": {"name": "broken-loss", "params": {"mode": "undeclared"}},
+        "data": {"name": "blobs", "params": {"num_samples": 80, "dims": 5, "classes": 3}},
+        "device": "cpu",
+        "gpus": 2,
+        "epochs": 1,
+        "batch_size": 8,
+        "optimizer": {"name": "sgd", "lr": 0.1},
+    }
+    job_id = client.post("/v1/jobs", json=spec).json()["id"]
+    job = wait_for_terminal(client, job_id)
+    assert (job["state"], job["stop_reason"], job["attempt"]) == ("failed", "error", 1)  # not retried
+    assert "trainjobs_example_plugin.tasks:broken_loss returned ['surprise']" in job["error"], job["error"]

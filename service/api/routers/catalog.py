@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from trainjobs.contract import catalog
 from trainjobs.service.api.deps import bearer_scheme, require_caller
@@ -26,6 +26,9 @@ class CatalogEntry(BaseModel):
     name: str
     description: str
     params: list[ParamInfo]
+    figures: list[str] | None = Field(
+        None, description="a model's: what each epoch reports, what an objective may name (train_loss, val_mae, ...)"
+    )
 
 
 class CatalogList(BaseModel):
@@ -35,7 +38,12 @@ class CatalogList(BaseModel):
 def _listing(entries: dict) -> CatalogList:
     return CatalogList(
         items=[
-            CatalogEntry(name=name, description=entry.description, params=catalog.describe_params(entry.params))
+            CatalogEntry(
+                name=name,
+                description=entry.description,
+                params=catalog.describe_params(entry.params),
+                figures=list(entry.figures) if isinstance(entry, catalog.ModelEntry) else None,
+            )
             for name, entry in sorted(entries.items())
         ]
     )
