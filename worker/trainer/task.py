@@ -75,6 +75,7 @@ class StepResult:
     loss: Tensor  # what the trainer backpropagates: a mean over the batch, or a sum (loss_count set)
     loss_count: Tensor | None  # a (sum, count) loss's count; None for a mean
     figures: dict[str, Figure]
+    samples: int  # the batch's (the first dimension of its first tensor)
     metric_updates: dict[str, Any] = field(default_factory=dict)  # torchmetrics' update arguments
 
 
@@ -110,7 +111,7 @@ class Task:
                 updates[name] = returned[name]
             else:
                 figures[name] = self._figure(name, returned[name], samples, loss.device)
-        return StepResult(loss, loss_count, figures, updates)
+        return StepResult(loss, loss_count, figures, samples, updates)
 
     def update_metrics(self, updates: dict[str, Any]) -> None:
         """Each torchmetrics object's update with what the loss returned under its name: a dict
@@ -172,7 +173,7 @@ class Task:
         if _is_pair(value):
             return _as_float64(value[0], where, device), _as_float64(value[1], f"{where} count", device)
         mean = _as_float64(value, where, device)
-        return mean * samples, torch.tensor(float(samples), dtype=torch.float64, device=device)
+        return mean * samples, _number(samples, device)
 
 
 def _is_pair(value: Any) -> bool:
@@ -183,8 +184,14 @@ def _as_float64(value: Any, where: str, device: torch.device) -> Tensor:
     if isinstance(value, Tensor) and value.numel() == 1 and value.dtype != torch.bool and not value.is_complex():
         return value.detach().reshape(()).to(device=device, dtype=torch.float64)
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return torch.tensor(float(value), dtype=torch.float64, device=device)
+        return _number(value, device)
     raise TaskError(f"{where} is {_described(value)}: return a number, a scalar tensor or a (sum, count) pair")
+
+
+def _number(value: float, device: torch.device) -> Tensor:
+    """A number as a device scalar: a fill on the device's stream, not a copy from the host (which
+    would wait for the GPU at every step)."""
+    return torch.full((), float(value), dtype=torch.float64, device=device)
 
 
 def _described(value: Any) -> str:

@@ -28,7 +28,7 @@ from trainjobs.worker.trainer.builder import TrainingParts
 from trainjobs.worker.trainer.checkpoints import Checkpointer
 from trainjobs.worker.trainer.distributed import RankContext
 from trainjobs.worker.trainer.preemption import StopAgreement
-from trainjobs.worker.trainer.task import FigureSums, StepResult, batch_size, means, to_device
+from trainjobs.worker.trainer.task import FigureSums, StepResult, means, to_device
 from trainjobs.worker.trainer.telemetry import EpochTelemetry
 
 AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -202,8 +202,8 @@ class Trainer:
             with sync:
                 with self._autocast():
                     result = self.task.step(self.model, batch, training=True)
-                self.scaler.scale(self._share_of_group(result, batch, group_start, group_size)).backward()
-            sums.add(result.figures, batch_size(batch))
+                self.scaler.scale(self._share_of_group(result, group_start, group_size)).backward()
+            sums.add(result.figures, result.samples)
             if result.loss_count is not None:
                 group_count += result.loss_count
             first_bad = self._first_bad(first_bad, step, result.loss.detach())  # checked at the end
@@ -220,7 +220,7 @@ class Trainer:
         self.step, self.partial, self.partial_samples = 0, {}, 0
         return means(totals), samples
 
-    def _share_of_group(self, result: StepResult, batch, group_start: int, group_size: int) -> torch.Tensor:
+    def _share_of_group(self, result: StepResult, group_start: int, group_size: int) -> torch.Tensor:
         """What this micro-batch backpropagates, so that a group of micro-batches equals one batch
         of them all: a mean loss weighted by the batch's share of the group's samples; a summed
         loss as it is (`_divide_gradients` divides by the group's count over every rank)."""
@@ -228,7 +228,7 @@ class Trainer:
             return result.loss
         first = group_start * self.train_loader.batch_size
         group_samples = min(first + group_size * self.train_loader.batch_size, self.samples_per_epoch) - first
-        return result.loss * (batch_size(batch) / group_samples)
+        return result.loss * (result.samples / group_samples)
 
     def _divide_gradients(self, group_count: torch.Tensor) -> None:
         """A summed loss's gradients (averaged over the ranks by DDP) over the group's count of
@@ -311,7 +311,7 @@ class Trainer:
             batch = to_device(batch, device, self.memory_format)
             with self._autocast():
                 result = self.task.step(self.raw_model, batch, training=False)
-            sums.add(result.figures, batch_size(batch))
+            sums.add(result.figures, result.samples)
             self.task.update_metrics(result.metric_updates)
         totals, _samples = sums.over_ranks()
         return {**means(totals), **self.task.computed_metrics()}
