@@ -8,6 +8,7 @@ nothing here passes or fails on a time."""
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 import time
@@ -49,15 +50,18 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument(
         "which", nargs="*", help=f"which benchmarks, of {', '.join(runnable)} [{', '.join(by_default)}]"
     )
-    parser.add_argument("--repeats", type=int, default=3, help="overhead: rounds per configuration [3]")
+    parser.add_argument("--repeats", type=int, help="rounds or repeats, for a benchmark that has them [its own]")
     parser.add_argument(
         "--config",
         action="append",
         metavar="RANKS,PRECISION,ACCUMULATION",
-        help="overhead: only this configuration, e.g. 2,fp32,1 (repeatable) [all 8]",
+        help="overhead, turns, own_loss, sandbox_cost: only this configuration, e.g. 2,fp32,1 (repeatable) [theirs]",
     )
-    parser.add_argument("--minutes", type=float, default=30, help="chaos: how long faults are injected [30]")
-    parser.add_argument("--seed", type=int, default=36, help="chaos: the seed of its jobs and faults [36]")
+    parser.add_argument(
+        "--pairs", type=int, help="turns, own_loss, sandbox_cost, gap: pairs per configuration [theirs]"
+    )
+    parser.add_argument("--minutes", type=float, help="chaos: how long faults are injected [30]")
+    parser.add_argument("--seed", type=int, help="chaos: the seed of its jobs and faults [36]")
     args = parser.parse_args()
     unknown = set(args.which) - set(runnable)
     if unknown:
@@ -66,14 +70,12 @@ def _arguments() -> argparse.Namespace:
 
 
 def _options(benchmark: Benchmark, args: argparse.Namespace) -> dict[str, Any]:
-    if benchmark.name == "chaos":
-        return {"minutes": args.minutes, "seed": args.seed}
-    if benchmark.name != "overhead":
-        return {}
-    options: dict[str, Any] = {"repeats": args.repeats}
+    """The options given that this benchmark's `run` takes."""
+    given: dict[str, Any] = {"minutes": args.minutes, "seed": args.seed, "repeats": args.repeats, "pairs": args.pairs}
     if args.config:
-        options["configurations"] = [(int(r), p, int(a)) for r, p, a in (c.split(",") for c in args.config)]
-    return options
+        given["configurations"] = [(int(r), p, int(a)) for r, p, a in (c.split(",") for c in args.config)]
+    accepted = inspect.signature(benchmark.module.run).parameters
+    return {name: value for name, value in given.items() if value is not None and name in accepted}
 
 
 def _results_to_update(whole_run: bool) -> dict[str, Any]:
