@@ -22,6 +22,7 @@ CHAOS = (  # paths under tests/, as pytest names a test's file
     "tests/bench/",
     "tests/e2e/test_chaos.py",
     "tests/e2e/test_lease_faults.py",
+    "tests/e2e/test_preemption_faults.py",
     "tests/e2e/test_redis_data_loss.py",
     "tests/e2e/test_fleet.py",
     "tests/e2e/test_nodes.py",
