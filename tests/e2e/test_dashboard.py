@@ -189,3 +189,42 @@ def cancel_from_the_page(browser, wait, url: str, client) -> None:
     ended = wait_for_terminal(client, long_id, timeout=30)
     assert (ended["state"], ended["stop_reason"]) == ("cancelled", "cancelled")
     wait.until(lambda b: "cancelled" in b.find_element(By.ID, "job-header").text)
+
+
+VAL_HEIGHTS = "return [...document.querySelectorAll('#loss-chart circle.val-point')].map((p) => p.getAttribute('cy'));"
+
+
+def test_a_job_s_chart_shows_its_objective_s_figure_and_another_when_picked(
+    own_task_installed, stack_on, sqlite_url, browser
+):
+    stack = stack_on(sqlite_url)
+    token = stack.token("alice")
+    client = stack.client(token)
+    spec = {
+        "model": {"name": "regressor", "params": {"dims": 4, "hidden": 8}},
+        "data": {"name": "linear-targets", "params": {"num_samples": 256, "dims": 4}},
+        "device": "cpu",
+        "gpus": 1,
+        "epochs": 3,
+        "batch_size": 16,
+        "optimizer": {"name": "adamw", "lr": 0.01},
+        "objective": {"metric": "val_mae", "mode": "min"},
+    }
+    job_id = client.post("/v1/jobs", json=spec).json()["id"]
+    assert wait_for_terminal(client, job_id)["state"] == "succeeded"
+    wait = WebDriverWait(browser, 60, poll_frequency=0.2)
+    browser.get(stack.url + "/")
+    wait.until(lambda b: b.find_element(By.ID, "token")).send_keys(token)
+    browser.find_element(By.ID, "sign-in-button").click()
+    wait.until(lambda b: b.find_element(By.CSS_SELECTOR, f'tr[data-job="{job_id}"]')).click()
+
+    wait.until(lambda b: train_points(b) == 3)
+    choice = Select(browser.find_element(By.ID, "figure-choice"))
+    assert [option.text for option in choice.options] == ["loss", "mae"]
+    assert choice.first_selected_option.text == "mae"  # the objective's, by default
+    assert browser.find_element(By.ID, "legend-val").text == "validation mae"
+    mae_heights = browser.execute_script(VAL_HEIGHTS)
+    choice.select_by_visible_text("loss")
+    wait.until(lambda b: b.find_element(By.ID, "legend-val").text == "validation loss")
+    loss_heights = browser.execute_script(VAL_HEIGHTS)
+    assert len(loss_heights) == 3 and loss_heights != mae_heights  # the chart drew the other figure
