@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from bench.support.process_cpu import wait_until_quiet
 from bench.support.ratios import compared, pooled
 from bench.support.turn_taking import processes_taking_turns, rates
 from bench.support.workload import calibrated_clips, default_stack, wavenet_spec
-from bench.turns import EPOCHS, service_and_plain
+from bench.turns import EPOCHS, pairs_row, service_and_plain
 from devstack import sql_database
 
 PAIRS = 4
@@ -89,20 +88,8 @@ def run(configurations=CONFIGURATIONS, pairs: int = PAIRS, comparisons=COMPARISO
                     print(f"own loss  pair {number}/{pairs}  {name} {config}: ratio {figures['ratio']:.3f}", flush=True)
         finally:
             stack.stop()
-    rows = [_row(name, config, clips[config], runs) for (name, config), runs in found.items()]
+    rows = [pairs_row(name, config, clips[config], runs) for (name, config), runs in found.items()]
     summary = {
         name: pooled([r for row in rows if row["pair"] == name for r in row["pair_ratios"]]) for name in comparisons
     }
     return {"own_loss": {"rows": rows, "pooled": summary, "epochs": EPOCHS}}
-
-
-def _row(name: str, config: tuple, clips: int, runs: list[dict]) -> dict:
-    ranks, precision, accumulation = config
-    return {
-        "pair": name, "ranks": ranks, "precision": precision, "accumulation": accumulation, "clips": clips,
-        "a_samples_per_s": round(statistics.median(run["a_samples_per_s"] for run in runs), 2),
-        "b_samples_per_s": round(statistics.median(run["b_samples_per_s"] for run in runs), 2),
-        "ratio": round(statistics.median(run["ratio"] for run in runs), 3),
-        "pair_ratios": [round(run["ratio"], 3) for run in runs],
-        "offset_s": statistics.median(run["offset_s"] for run in runs),
-    }  # fmt: skip

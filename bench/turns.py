@@ -136,7 +136,7 @@ def run(configurations=CONFIGURATIONS, controls=CONTROLS, pairs: int = PAIRS) ->
                     found[pair, config].append(figures)
         finally:
             stack.stop()
-    rows = [_row(pair, config, clips[config[:2]], runs) for (pair, config), runs in found.items()]
+    rows = [pairs_row(pair, config, clips[config[:2]], runs) for (pair, config), runs in found.items()]
     summary = {
         name: pooled([ratio for row in rows if row["pair"] == pair for ratio in row["pair_ratios"]])
         for name, pair in (("service", "service / plain"), ("control", "plain / plain"))
@@ -171,7 +171,8 @@ def _described(pair: str, config: tuple, figures: dict) -> str:
     )
 
 
-def _row(pair: str, config: tuple, clips: int, runs: list[dict]) -> dict:
+def pairs_row(pair: str, config: tuple, clips: int, runs: list[dict]) -> dict:
+    """One configuration's pairs as a report row: medians, each pair's ratio, the offsets."""
     ranks, precision, accumulation = config
     return {
         "pair": pair, "ranks": ranks, "precision": precision, "accumulation": accumulation, "clips": clips,
