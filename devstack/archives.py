@@ -47,7 +47,8 @@ def example_files() -> dict[str, bytes | str]:
 
 
 def wheel(name: str, version: str, module_source: str) -> tuple[str, bytes]:
-    """A pure-Python wheel holding one module `name` ("<file name>", bytes)."""
+    """A pure-Python wheel holding one module `name` ("<file name>", bytes): the same bytes for
+    the same arguments (its members carry a fixed date), as a wheel rebuilt reproducibly would."""
     dist_info = f"{name}-{version}.dist-info"
     files = {
         f"{name}.py": module_source.encode(),
@@ -59,7 +60,7 @@ def wheel(name: str, version: str, module_source: str) -> tuple[str, bytes]:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         for path, data in files.items():
-            archive.writestr(path, data)
+            archive.writestr(zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0)), data)
     return f"{name}-{version}-py3-none-any.whl", buffer.getvalue()
 
 

@@ -30,7 +30,7 @@ CHAOS = (  # paths under tests/, as pytest names a test's file
 )
 # Tests without the e2e mark that still take tens of seconds (real DDP ranks, a sandbox, a
 # launcher's fork server): the test lane's, so that check stays under its goal.
-SLOW_WITHOUT_A_STACK = ("tests/worker/test_launcher.py",)
+SLOW_WITHOUT_A_STACK = ("tests/worker/test_launcher.py", "tests/worker/test_install_steps.py")
 
 
 def lane_of(item: pytest.Item) -> str:

@@ -1,9 +1,12 @@
 """A worker's cache of jobs' own code: each archive downloaded once, its sha256 checked, unpacked
 safely (every member checked again: nothing that reached the store is trusted), and each distinct
-requirements.txt installed once into an environment layered on the worker's own.
+requirements.txt installed once into an environment layered on the worker's own, in two steps
+(trainjobs.worker.install_plan): wheels fetched with the network, then the archive's own source
+trees built in a sandbox without one.
 
     <cache>/archives/<sha256>/            the unpacked archive (read-only files)
-    <cache>/environments/<sha256>/        a venv for one requirements.txt (its sha256)
+    <cache>/environments/<key>/           a venv for one requirements.txt and the archive files
+                                          it names (install_plan.environment_key)
     <cache>/locks/<sha256>.lock           held while one is made; shared while a job uses it
 
 Two jobs that want the same new archive at once (threads of one worker, or workers on one host)
@@ -15,7 +18,6 @@ environments that no job holds go first.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import logging
 import os
 import shutil
@@ -31,11 +33,16 @@ from pathlib import Path
 from trainjobs.contract.archives import UnsafeArchive, unpack
 from trainjobs.contract.code import REQUIREMENTS, digest_of, stored_path
 from trainjobs.store import CheckpointStore
+from trainjobs.worker.bounded_log import last_lines, run_with_bounded_log
+from trainjobs.worker.install_plan import InstallPlan, RequirementRefused, environment_key, plan_of, sha256_of_file
 from trainjobs.worker.sandbox import Sandbox, SandboxUsers
 
 log = logging.getLogger(__name__)
 
 PIP_SECONDS = 1800
+PIP_LOG_BYTES = 1 << 18  # each pip step's output kept in the job's log: its first and last 128 KiB
+PIP_GENERAL = ["--no-input", "--disable-pip-version-check"]
+PIP_INSTALL = ["--no-warn-script-location"]
 NO_DATA = Path("/nonexistent")  # pip reads no data set
 
 
@@ -80,9 +87,13 @@ class CodeCache:
         requirements = archive / REQUIREMENTS
         packages, installed_now = None, False
         if requirements.is_file():
-            key = _sha256_of(requirements)
+            try:
+                plan = plan_of(requirements, archive)
+            except RequirementRefused as refused:
+                raise CodeFailed(str(refused)) from None
+            key = environment_key(requirements, archive, plan)
             with self._lock(key, exclusive=True):
-                packages, installed_now = self._environment(key, archive, log_file)
+                packages, installed_now = self._environment(key, archive, plan, log_file)
         with self._lock(digest, exclusive=False), self._lock_if(packages, key if packages else None):
             _touch(archive, packages)
             self._evict()
@@ -101,7 +112,7 @@ class CodeCache:
             raise CodeFailed(f"code archive {code} is not in the store (deleted?)") from None
         log.info("code archive %s downloaded (%d bytes)", code, download.stat().st_size)
         try:
-            if _sha256_of(download) != digest:
+            if sha256_of_file(download) != digest:
                 raise CodeFailed(f"code archive {code}: the stored bytes are not the ones named (sha256 differs)")
             unpacking = Path(tempfile.mkdtemp(prefix=f"{digest}.", dir=self.root / "archives"))
             try:
@@ -119,54 +130,88 @@ class CodeCache:
 
     # ---- requirements ---------------------------------------------------------------------------
 
-    def _environment(self, key: str, archive: Path, log_file: Path) -> tuple[Path, bool]:
-        """A venv for this requirements.txt, layered on the worker's environment (a .pth file
-        puts the worker's packages after its own), made once; its site-packages."""
+    def _environment(self, key: str, archive: Path, plan: InstallPlan, log_file: Path) -> tuple[Path, bool]:
+        """A venv for this plan, layered on the worker's environment (a .pth file puts the
+        worker's packages after its own), made once; its site-packages."""
         environment = self.root / "environments" / key
         if environment.is_dir():
             return _site_packages(environment), False
         building = Path(tempfile.mkdtemp(prefix=f"{key}.", dir=self.root / "environments"))
+        wheelhouse = self.root / "downloads" / f"{key}.wheels"
         try:
             subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(building)], check=True)
             packages = _site_packages(building)
             (packages / "_trainjobs_worker.pth").write_text("\n".join(_worker_site_packages()) + "\n")
-            self._install(building, archive, log_file)
+            (building / "constraints.txt").write_text(_frozen_worker_packages())
+            with open(log_file, "ab") as output:
+                output.write(b"[trainjobs] installing requirements.txt\n")
+            self._fetch_binaries(building, archive, plan, wheelhouse, log_file)
+            if plan.sources:
+                self._build_sources(building, archive, plan, wheelhouse, log_file)
+            _refuse_links(building)
             _owned_by(building, 0)  # pip's user wrote it; nobody writes it after
             _readable_by_all(building)  # the ranks' sandbox user reads it (the worker's umask is 027)
         except BaseException:
             shutil.rmtree(building, ignore_errors=True)
             raise
+        finally:
+            shutil.rmtree(wheelhouse, ignore_errors=True)
         os.rename(building, environment)
         return _site_packages(environment), True
 
-    def _install(self, environment: Path, archive: Path, log_file: Path) -> None:
-        """pip install -r requirements.txt, from the archive's root (a `./wheels/x.whl` line works),
-        constrained to the worker's own versions: torch and the trainer stay the worker's."""
-        constraints = environment / "constraints.txt"
-        constraints.write_text(_frozen_worker_packages())
+    def _fetch_binaries(self, environment: Path, archive: Path, plan: InstallPlan, wheelhouse: Path, log: Path) -> None:
+        """The step with the host's network: the worker's own pip (its index settings) installs
+        wheels only, and downloads the wheels the source trees' backends need. No code of the
+        job's runs here: a wheel installs by unpacking, and nothing is built."""
+        pip = [sys.executable, "-m", "pip", *PIP_GENERAL]
+        if plan.binaries:
+            (environment / "binaries.txt").write_text("".join(line + "\n" for line in plan.binaries))
+            self._pip([*pip, "--python", str(environment / "bin" / "python"), "install", *PIP_INSTALL,
+                       "--only-binary=:all:", "-r", str(environment / "binaries.txt"),
+                       "-c", str(environment / "constraints.txt")], archive, log)  # fmt: skip
+        if plan.sources:
+            wheelhouse.mkdir()
+        if plan.sources and plan.build_requires:
+            self._pip([*pip, "download", "--only-binary=:all:", "--dest", str(wheelhouse), *plan.build_requires],
+                      archive, log)  # fmt: skip
+        if plan.sources:
+            _readable_by_all(wheelhouse)
+
+    def _build_sources(self, environment: Path, archive: Path, plan: InstallPlan, wheelhouse: Path, log: Path) -> None:
+        """The step that runs the job's build code (a setup.py, a backend): in a sandbox of its
+        own with no network at all, as an unprivileged user that writes only the environment
+        being made; pip finds what it needs in the wheelhouse the first step filled. The trees
+        build from a copy (the archive is read-only, and builds write beside their sources)."""
+        sources = environment / "sources"
+        for path in plan.sources:
+            _copy_into(archive / path, sources / path)
+        (environment / "sources.txt").write_text("".join(line + "\n" for line in plan.sources))
         command = [
-            sys.executable, "-m", "pip", "--python", str(environment / "bin" / "python"), "install",
-            "--no-input", "--disable-pip-version-check", "--no-warn-script-location",
-            "-r", REQUIREMENTS, "-c", str(constraints),
+            sys.executable, "-m", "pip", *PIP_GENERAL, "--python", str(environment / "bin" / "python"),
+            "install", *PIP_INSTALL, "--no-index", "--find-links", str(wheelhouse),
+            "-r", str(environment / "sources.txt"), "-c", str(environment / "constraints.txt"),
         ]  # fmt: skip
-        with open(log_file, "ab") as output, self._pip_user() as uid:
-            output.write(b"[trainjobs] installing requirements.txt\n")
-            output.flush()
+        with self._pip_user() as uid:
             if uid is not None:
                 _owned_by(environment, uid)
-                sandbox = Sandbox(environment, uid, NO_DATA, host_network=True, read_only=[str(archive)])
-                command = sandbox.command(command, chdir=str(archive))
-            done = subprocess.run(
-                command, cwd=archive, stdout=output, stderr=subprocess.STDOUT, timeout=PIP_SECONDS, check=False
-            )
-        if done.returncode != 0:
-            raise CodeFailed(f"requirements.txt did not install: {_failed_requirement(log_file, archive)}")
+                sandbox = Sandbox(environment, uid, NO_DATA, read_only=[str(wheelhouse)])
+                command = sandbox.command(command, chdir=str(sources))
+            try:
+                self._pip(command, sources, log)
+            finally:
+                shutil.rmtree(sources, ignore_errors=True)
+
+    def _pip(self, command: list[str], cwd: Path, log_file: Path) -> None:
+        """Run one step of pip from `cwd` (paths under it are shown to the owner as ./...)."""
+        exit_code = run_with_bounded_log(command, log_file, PIP_LOG_BYTES, PIP_SECONDS, cwd=cwd)
+        if exit_code != 0:
+            raise CodeFailed(f"requirements.txt did not install: {_failed_requirement(log_file, cwd)}")
 
     @contextmanager
     def _pip_user(self) -> Iterator[int | None]:
-        """The uid pip runs as, in a sandbox of its own: it writes only the environment being
-        made, reads the archive, the system and the worker's Python, and has the host's network
-        (it may download) but none of the worker's files or credentials."""
+        """The uid the build runs as, in a sandbox of its own: it writes only the environment
+        being made, reads the archive, the wheelhouse, the system and the worker's Python, and
+        has no network and none of the worker's files or credentials."""
         if self.sandbox_users is None:
             yield None
             return
@@ -215,12 +260,33 @@ class CodeCache:
                 log.info("code cache: %s evicted (least recently used)", path.name)
 
 
-def _failed_requirement(log_file: Path, archive: Path) -> str:
-    """The requirement pip named in its error, else its last lines; a path in the archive as
-    the job's owner wrote it (./...), not where this worker keeps it."""
-    lines = log_file.read_text(errors="replace").replace(f"{archive}/", "./").splitlines()
-    named = [line.strip() for line in lines if "ERROR:" in line]
-    return " | ".join(named[-3:]) or " | ".join(line.strip() for line in lines[-3:])
+def _failed_requirement(log_file: Path, cwd: Path) -> str:
+    """The requirement pip named in its error, else the build's own error, else pip's last
+    lines; a path under `cwd` as the job's owner wrote it (./...), not where this worker keeps it."""
+    lines = [line.strip().replace(f"{cwd}/", "./") for line in last_lines(log_file, PIP_LOG_BYTES // 2)]
+    named = [line for line in lines if "ERROR:" in line]
+    raised = [line for line in lines if "Error: " in line or line.startswith("error:")]
+    return " | ".join(named[-3:] or raised[-2:] or lines[-3:])
+
+
+def _copy_into(source: Path, target: Path) -> None:
+    """A writable copy of an archive's file or folder (a missing one is left for pip to name)."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if source.is_dir():
+        shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+    elif source.is_file():
+        shutil.copyfile(source, target)
+    for path in [target, *target.rglob("*")] if target.exists() else []:
+        path.chmod(path.stat().st_mode | 0o200)
+
+
+def _refuse_links(environment: Path) -> None:
+    """The build ran the job's code as the environment's owner: a link where the launcher copies
+    from (site-packages, or a folder above it) would make it copy whatever it points at."""
+    lib = environment / "lib"
+    for path in [lib, *lib.glob("python3*"), *lib.glob("python3*/site-packages")]:
+        if path.is_symlink() or not path.is_dir():
+            raise CodeFailed(f"requirements.txt: the build made {path.relative_to(environment)} a link; refused")
 
 
 def _frozen_worker_packages() -> str:
@@ -239,14 +305,6 @@ def _worker_site_packages() -> list[str]:
 
 def _site_packages(environment: Path) -> Path:
     return next((environment / "lib").glob("python3*/site-packages"))
-
-
-def _sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _owned_by(folder: Path, uid: int) -> None:
