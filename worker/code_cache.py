@@ -170,11 +170,11 @@ class CodeCache:
                        "--only-binary=:all:", "-r", str(environment / "binaries.txt"),
                        "-c", str(environment / "constraints.txt")], archive, log)  # fmt: skip
         if plan.sources:
+            shutil.rmtree(wheelhouse, ignore_errors=True)  # one a crashed build left
             wheelhouse.mkdir()
-        if plan.sources and plan.build_requires:
-            self._pip([*pip, "download", "--only-binary=:all:", "--dest", str(wheelhouse), *plan.build_requires],
-                      archive, log)  # fmt: skip
-        if plan.sources:
+            if plan.build_requires:
+                self._pip([*pip, "download", "--only-binary=:all:", "--dest", str(wheelhouse), *plan.build_requires],
+                          archive, log)  # fmt: skip
             _readable_by_all(wheelhouse)
 
     def _build_sources(self, environment: Path, archive: Path, plan: InstallPlan, wheelhouse: Path, log: Path) -> None:
