@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainjobs.contract.archives import UnsafeArchive, unpack
-from trainjobs.contract.code import REQUIREMENTS, digest_of, stored_path
+from trainjobs.contract.code import REQUIREMENTS, digest_of, sha256_of_file, stored_path
 from trainjobs.store import CheckpointStore
 from trainjobs.worker.bounded_log import last_lines, run_with_bounded_log
-from trainjobs.worker.install_plan import InstallPlan, RequirementRefused, environment_key, plan_of, sha256_of_file
+from trainjobs.worker.install_plan import InstallPlan, RequirementRefused, environment_key, plan_of
 from trainjobs.worker.sandbox import Sandbox, SandboxUsers
 
 log = logging.getLogger(__name__)

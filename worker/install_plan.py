@@ -26,6 +26,8 @@ from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from trainjobs.contract.code import sha256_of_file
+
 COMMENT = re.compile(r"(^|\s)#.*$")  # pip's rule: a # at the start or after whitespace
 DEFAULT_BUILD_REQUIRES = ("setuptools>=40.8.0", "wheel")  # pip's own, for a tree without pyproject.toml
 
@@ -151,12 +153,3 @@ def _files_under(path: Path) -> list[tuple[str, Path]]:
             full = Path(root) / name
             found.append((str(full.relative_to(path)), full))
     return found
-
-
-def sha256_of_file(path: Path) -> str:
-    """The hex sha256 of a file, read in blocks (an archive's file may be big)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -3,8 +3,10 @@ where it is kept, and how a spec names a model or dataset inside it."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import datetime
+from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -54,3 +56,12 @@ def stored_path(code: str) -> str:
 
 def is_entry_reference(name: str) -> bool:
     return ENTRY_REFERENCE.fullmatch(name) is not None
+
+
+def sha256_of_file(path: Path) -> str:
+    """The hex sha256 of a file, read in blocks (an archive, a checkpoint: files may be big)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

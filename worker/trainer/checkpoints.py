@@ -8,7 +8,6 @@ the old ones out down to `keep_last` plus the best.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pydantic import BaseModel
 
 from trainjobs.contract.checkpoints import checkpoint_id, checkpoint_path, is_checkpoint_of
 from trainjobs.contract.clock import utcnow
+from trainjobs.contract.code import sha256_of_file
 from trainjobs.contract.events import CheckpointRecord, CheckpointRemoved
 from trainjobs.store import CheckpointStore
 
@@ -56,7 +56,7 @@ class StoreStorage:
             torch.save(state, spooled)
             with open(spooled, "rb+") as file:
                 os.fsync(file.fileno())
-            stored = StoredObject(size_bytes=spooled.stat().st_size, sha256=_sha256(spooled))
+            stored = StoredObject(size_bytes=spooled.stat().st_size, sha256=sha256_of_file(spooled))
             self.store.put(spooled, relative)
         finally:
             spooled.unlink(missing_ok=True)
@@ -73,14 +73,6 @@ class StoreStorage:
 def storage_at(location: str | Path) -> StoreStorage:
     """The checkpoint storage at a local path or a store URL."""
     return StoreStorage(CheckpointStore(str(location)))
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def to_remove(kept: list[CheckpointRecord], keep_last: int, best_id: str | None) -> list[CheckpointRecord]:
