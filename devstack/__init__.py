@@ -2,7 +2,15 @@
 Redis, API and worker processes, moto's S3 server, hosts in network namespaces. Not installed
 with the package; the tests and `python -m bench` import it from the checkout."""
 
-from devstack.archives import EXAMPLE_PROJECT, OWN_TASK_PROJECT, archive_of, example_files, member, wheel
+from devstack.archives import (
+    EXAMPLE_PROJECT,
+    OWN_TASK_PROJECT,
+    archive_of,
+    example_files,
+    header_bomb,
+    member,
+    wheel,
+)
 from devstack.hosts import NetworkHosts
 from devstack.processes import (
     child_pids,
@@ -32,6 +40,7 @@ from devstack.stack import Stack, wait_for_terminal
 __all__ = [
     "EXAMPLE_PROJECT",
     "OWN_TASK_PROJECT",
+    "header_bomb",
     "HALF_SECOND_EPOCHS",
     "POSTGRES_URL",
     "REDIS_URL",

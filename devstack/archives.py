@@ -8,6 +8,7 @@ import hashlib
 import io
 import tarfile
 import zipfile
+import zlib
 from pathlib import Path
 
 EXAMPLE_PROJECT = Path(__file__).resolve().parent.parent / "examples" / "own-model"
@@ -36,6 +37,27 @@ def member(name: str, kind: bytes = tarfile.REGTYPE, size: int = 0, linkname: st
     info.size = size
     info.linkname = linkname
     return info
+
+
+def header_bomb(header_bytes: int) -> bytes:
+    """A gzip'd tar whose first member is a PAX extended header of `header_bytes` (zeros: a few
+    kilobytes once compressed), then one small file. Written block by block, so that making it
+    costs no memory: what an unbounded check reads whole."""
+    header = tarfile.TarInfo("././@PaxHeader")
+    header.type = tarfile.XHDTYPE
+    header.size = header_bytes
+    padded = -header_bytes % tarfile.BLOCKSIZE
+    compressor = zlib.compressobj(wbits=31)  # gzip framing
+    out = [compressor.compress(header.tobuf(format=tarfile.USTAR_FORMAT))]
+    zeros = bytes(1 << 20)
+    for start in range(0, header_bytes + padded, len(zeros)):
+        out.append(compressor.compress(zeros[: min(len(zeros), header_bytes + padded - start)]))
+    after = io.BytesIO()
+    with tarfile.open(fileobj=after, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        tar.addfile(member("model.py", size=1), io.BytesIO(b"x"))
+    out.append(compressor.compress(after.getvalue()))
+    out.append(compressor.flush())
+    return b"".join(out)
 
 
 def example_files() -> dict[str, bytes | str]:

@@ -118,9 +118,11 @@ class CodeCache:
             try:
                 with open(download, "rb") as file:
                     unpack(file, unpacking, self.max_unpacked_bytes)
-            except UnsafeArchive as error:
+            except BaseException as error:  # a full disk too: nothing half unpacked is left
                 shutil.rmtree(unpacking, onerror=_writable_then_retry)
-                raise CodeFailed(f"code archive {code} is refused: {error}") from None
+                if isinstance(error, UnsafeArchive):
+                    raise CodeFailed(f"code archive {code} is refused: {error}") from None
+                raise
             unpacking.chmod(0o555)
             os.rename(unpacking, archive)
             log.info("code archive %s unpacked", code)

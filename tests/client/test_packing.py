@@ -79,3 +79,9 @@ def test_a_link_in_the_project_is_refused_rather_than_followed(tmp_path):
     (project / "pkg" / "secrets").symlink_to("/etc")
     with pytest.raises(PackingRefused, match="pkg/secrets is a link"):
         pack(project)
+
+
+def test_a_file_deeper_than_the_api_takes_is_refused_before_packing(tmp_path):
+    project = _project(tmp_path / "project", {"pkg/model.py": "x = 1\n", "d/" * 65 + "deep.txt": "x"})
+    with pytest.raises(PackingRefused, match="deeper than 64 folders: leave it out in .trainjobsignore"):
+        pack(project)

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import pytest
 from fastapi.testclient import TestClient
 
-from devstack import archive_of, member, tiny_wavenet_spec
+from devstack import archive_of, header_bomb, member, tiny_wavenet_spec
 from trainjobs.contract.code import code_id, stored_path
 from trainjobs.service.api.app import create_app
 from trainjobs.settings import Settings
@@ -55,12 +55,20 @@ def test_an_archive_is_visible_to_its_owner_alone(api, alice, bob):
         (member("pkg/link", b"2", linkname="/etc/passwd"), "pkg/link"),
         (member("pkg/hard", b"1", linkname="pkg/model.py"), "pkg/hard"),
         (member("pkg/tty", b"3"), "pkg/tty"),
+        (member("d/" * 1500, b"5"), "a path longer than 1024 bytes"),
+        (member("d/" * 65 + "x.py", size=1), "deeper than 64 folders"),
     ],
 )
 def test_an_unsafe_archive_is_refused_naming_its_member_and_nothing_is_kept(api, alice, settings, bad, named):
     response = upload(api, alice, archive_of({"pkg/model.py": "x = 1\n"}, extra=[bad]))
     assert response.status_code == 422
     assert named in response.json()["detail"][0]["msg"]
+    assert stored_files(settings) == []
+
+
+def test_an_archive_of_one_huge_header_is_refused_without_reading_it(api, alice, settings):
+    response = upload(api, alice, header_bomb(64 * 2**20))
+    assert response.status_code == 422 and "an extended header of 67108864 bytes" in response.text
     assert stored_files(settings) == []
 
 

@@ -5,6 +5,8 @@ whole kept within its bound, least recently used out first, never one a job hold
 import hashlib
 import io
 import logging
+import os
+import subprocess
 import threading
 
 import pytest
@@ -81,14 +83,40 @@ def test_an_archive_whose_bytes_are_not_the_ones_named_is_refused(tmp_path, stor
         pass
 
 
-def test_an_unsafe_archive_that_reached_the_store_another_way_is_refused_by_name(tmp_path, store):
-    code = uploaded(store, archive_of({"pkg/model.py": "x = 1\n"}, extra=[member("../../etc/evil", size=1)]))
+@pytest.mark.parametrize(
+    ("bad", "named"),
+    [
+        (member("../../etc/evil", size=1), r"\.\./\.\./etc/evil"),
+        # 1,500 nested folders once raised RecursionError here, leaving the unpack behind
+        (member("d/" * 300 + "x.py", size=1), "deeper than 64 folders"),
+    ],
+)
+def test_an_unsafe_archive_that_reached_the_store_another_way_is_refused_by_name(tmp_path, store, bad, named):
+    code = uploaded(store, archive_of({"pkg/model.py": "x = 1\n"}, extra=[bad]))
     with (
-        pytest.raises(CodeFailed, match=r"\.\./\.\./etc/evil"),
+        pytest.raises(CodeFailed, match=named),
         cache_of(tmp_path, store).prepared(code, tmp_path / "s.log"),
     ):
         pass
     assert not any((tmp_path / "cache" / "archives").iterdir())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs: needs root")
+def test_an_unpack_that_fills_the_disk_leaves_nothing_half_unpacked(tmp_path, store):
+    """A full disk is the host's failure, not the archive's: raised as it is (the job is retried
+    elsewhere), with the partial unpack removed."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(cache)], check=True)
+    try:
+        code = uploaded(store, archive_of({f"pkg/{index}.bin": bytes(1 << 20) for index in range(3)}))
+        roomy = CodeCache(cache, store, 1 << 30, max_unpacked_bytes=8 << 20, sandbox_users=None)
+        with pytest.raises(OSError, match="No space left"), roomy.prepared(code, tmp_path / "s.log"):
+            pass
+        assert list((cache / "archives").iterdir()) == []
+        assert list((cache / "downloads").iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(cache)], check=True)
 
 
 def _with_requirements(requirements: str, model: str = "x = 1\n") -> bytes:

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pathspec
 
-from trainjobs.contract.code import MAX_BYTES, code_id
+from trainjobs.contract.archives import path_out_of_bounds
+from trainjobs.contract.code import MAX_BYTES, MAX_FILES, code_id
 
 LEFT_OUT = [".git/", "__pycache__/", ".venv/", ".env", "*.pyc"]
 IGNORE_FILE = ".trainjobsignore"
@@ -98,7 +99,11 @@ def _members(folder: Path) -> list[tuple[str, Path]]:
             mode = path.lstat().st_mode
             if stat.S_ISLNK(mode) or not stat.S_ISREG(mode):
                 raise PackingRefused(f"{relative} is a link or not a regular file: leave it out in {IGNORE_FILE}")
+            if why := path_out_of_bounds(relative):
+                raise PackingRefused(f"{relative[:80]}: {why}: leave it out in {IGNORE_FILE}")
             members.append((relative, path))
+            if len(members) > MAX_FILES:
+                raise PackingRefused(f"more than {MAX_FILES:,} files: leave some out in {IGNORE_FILE}")
     return members
 
 

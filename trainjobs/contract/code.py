@@ -16,7 +16,14 @@ ENTRY_REFERENCE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
 
 MAX_BYTES = 100 * 2**20  # TRAINJOBS_CODE_MAX_BYTES: the archive as uploaded
 MAX_UNPACKED_BYTES = 2**30  # TRAINJOBS_CODE_MAX_UNPACKED_BYTES: its files together
-MAX_FILES = 100_000  # members of one archive
+MAX_FILES = 100_000  # members of one archive: its files and its folders together
+MAX_PATH_BYTES = 1024  # one member's path under the archive's root, UTF-8
+MAX_PATH_DEPTH = 64  # folders above one member
+MAX_NAME_BYTES = 255  # one part of a path (the kernel's NAME_MAX)
+# Extended headers (PAX records, GNU long names) are read into memory whole: each is bounded,
+# and so are all of one archive's together, so that no upload can make its check use memory.
+MAX_HEADER_BYTES = 64 * 2**10
+MAX_HEADERS_BYTES = 8 * 2**20
 REQUIREMENTS = "requirements.txt"  # at the archive's root: installed into the job's environment
 
 
