@@ -50,6 +50,7 @@ from trainjobs.worker.gpu_nodes import GpuNodes, MissingDevice
 from trainjobs.worker.log_shipper import LogShipper
 from trainjobs.worker.namespace_pids import use_host_pids
 from trainjobs.worker.rank import run_rank
+from trainjobs.worker.rank_files import rank_file_stats
 from trainjobs.worker.rank_outcome import failure_or_late_success, past_disk_bound, ranks_not_started, success
 from trainjobs.worker.rendezvous import Rendezvous, RendezvousRefused
 from trainjobs.worker.report_relay import ReportRelay
@@ -206,15 +207,8 @@ RANKS_LEFT_GRACE_SECONDS = 2.0
 
 
 def folder_bytes(folder: Path) -> int:
-    """What the files under `folder` hold (links not followed)."""
-    total = 0
-    for root, _folders, files in os.walk(folder):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except FileNotFoundError:
-                pass
-    return total
+    """What the files under `folder` hold (links not followed, however deep)."""
+    return sum(stats.st_size for stats in rank_file_stats(folder))
 
 
 def _kill_the_rest_of_our_group() -> None:

@@ -36,8 +36,8 @@ def run_rank(local_rank: int, request: RunRequest, store: StoreAddress) -> None:
     rank = request.global_rank(local_rank)
     if not request.is_local:
         _redirect_output(request, rank)
-    sys.path[:0] = [path for path in (request.code_dir, request.packages_dir) if path]
     _own_multiprocessing()
+    sys.path[:0] = [path for path in (request.code_dir, request.packages_dir) if path]
     # gloo and NCCL connect across hosts on the interface of the worker's address, and on one node
     # over loopback (a sandbox's own network has nothing else, and its host name resolves to
     # nothing). Set here, in the rank: it is forked from a fork server that started before the job.
@@ -64,13 +64,32 @@ def run_rank(local_rank: int, request: RunRequest, store: StoreAddress) -> None:
 
 def _own_multiprocessing() -> None:
     """Processes this rank starts (its data loader's workers) are its own: started by this
-    interpreter, with their sockets in this rank's /tmp. A rank is forked from its launcher's fork
-    server and inherits the launcher's choices: the executable that starts a sandbox (none can be
-    made inside one) and a temporary folder outside it."""
+    interpreter, with their sockets in this rank's /tmp, tracked by its own resource tracker. A
+    rank is forked from its launcher's fork server and inherits the launcher's choices and some
+    of its descriptors: the executable that starts a sandbox (none can be made inside one), a
+    temporary folder outside it, the launcher's resource tracker. Called before the job's code
+    is on the import path."""
     import multiprocessing
+    from multiprocessing import forkserver, resource_tracker
 
     multiprocessing.set_executable(sys.executable)
     multiprocessing.current_process()._config.pop("tempdir", None)  # type: ignore[attr-defined]
+    # The fork server hands each rank two of the launcher's pipes, and the job's code must hold
+    # neither: the launcher's resource tracker (root, outside the sandbox: a name registered
+    # there is unlinked as root when it exits; the rank's own tracker starts here when one is
+    # first needed) and the fork server's alive pipe. Nor the launcher's stdin.
+    inherited = [
+        (resource_tracker._resource_tracker, "_fd"),
+        (forkserver._forkserver, "_forkserver_alive_fd"),
+    ]
+    for owner, attribute in inherited:
+        descriptor = getattr(owner, attribute)
+        if descriptor is not None:
+            os.close(descriptor)
+            setattr(owner, attribute, None)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
 
 
 def train_rank(

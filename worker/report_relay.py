@@ -4,7 +4,9 @@ attempt), and sends them on. A checkpoint's file is checked against its report (
 the path this job's attempt writes to) and put in the store before the report goes on; a
 rotation's report goes on to the collector, which deletes the stored file once the job's row is
 gone (only for the job's current attempt). A report that breaks a rule is dropped with a log
-line: a rank can only spoil its own job."""
+line: a rank can only spoil its own job. Its folder is the rank's: every file there is opened
+and removed through `rank_files`, following no link (a rank that makes `checkpoints/` a link
+must not make root delete what it points to)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 from trainjobs.contract.checkpoints import checkpoint_path, is_checkpoint_of
 from trainjobs.contract.events import CheckpointRecord, CheckpointRemoved, RankReport
 from trainjobs.store import CheckpointStore
-from trainjobs.worker.rank_files import NotARankFile, open_rank_file
+from trainjobs.worker.rank_files import NotARankFile, open_rank_file, remove_rank_file
 from trainjobs.worker.trainer.handoff import handed_over_file, socket_address
 
 log = logging.getLogger("trainjobs.launcher")
@@ -116,14 +118,15 @@ class ReportRelay:
                 raise ValueError(f"checkpoint {record.id}: the file is not the one reported")
             file.seek(0)
             self.store.put_stream(file, record.path)
-        local.unlink(missing_ok=True)
+        remove_rank_file(self.rank_dir, str(local.relative_to(self.rank_dir)))
 
     def _remove_checkpoint(self, removed: CheckpointRemoved) -> None:
         """Only its local copy: the collector deletes the stored files once it has removed the
         row, and only for the job's current attempt (this one may have been left behind)."""
         if not is_checkpoint_of(removed.id, self.job_id):
             raise ValueError(f"checkpoint {removed.id!r} is not this job's")
-        handed_over_file(self.rank_dir, checkpoint_path(self.job_id, removed.id, self.attempt)).unlink(missing_ok=True)
+        local = handed_over_file(self.rank_dir, checkpoint_path(self.job_id, removed.id, self.attempt))
+        remove_rank_file(self.rank_dir, str(local.relative_to(self.rank_dir)))
 
 
 def _measured(file: BinaryIO) -> tuple[int, str]:

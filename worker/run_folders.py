@@ -1,14 +1,17 @@
 """Old attempts' folders on a worker (`<run dir>/<job>/attempt<N>`: its launcher's and ranks'
 logs): removed once nothing in them has changed for TRAINJOBS_RUN_FOLDERS_KEEP_DAYS. The service
-keeps a job's logs in SQL; these copies are for whoever debugs on the host, for a while."""
+keeps a job's logs in SQL; these copies are for whoever debugs on the host, for a while. Each
+attempt folder holds its ranks' folder (`ranks/`, theirs): walked and removed without following
+a link or recursing, and its times in the future ignored."""
 
 from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
 from pathlib import Path
+
+from trainjobs.worker.rank_files import RANKS_FOLDER, rank_file_stats, remove_rank_tree
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +26,12 @@ def remove_old(run_path: Path, keep_seconds: float, now: float | None = None) ->
     removed = 0
     for job in _folders(run_path):
         for attempt in _folders(job):
-            if attempt.name.startswith(ATTEMPT_PREFIX) and now - _last_change(attempt) > keep_seconds:
-                shutil.rmtree(attempt, ignore_errors=True)
+            if attempt.name.startswith(ATTEMPT_PREFIX) and now - _last_change(attempt, now) > keep_seconds:
+                try:
+                    remove_rank_tree(attempt)
+                except OSError as error:
+                    log.warning("could not remove %s: %s", attempt, error)
+                    continue
                 removed += 1
         try:
             job.rmdir()  # only if empty
@@ -42,12 +49,30 @@ def _folders(path: Path) -> list[Path]:
         return []
 
 
-def _last_change(folder: Path) -> float:
+def _last_change(folder: Path, now: float) -> float:
+    """The newest time a file under `folder` changed. The ranks' files (`ranks/`) are theirs,
+    times too: one in the future is ignored, or a job could keep its folder for ever."""
     newest = folder.lstat().st_mtime
-    for root, _dirs, files in os.walk(folder):
-        for name in files:
-            try:
-                newest = max(newest, os.lstat(os.path.join(root, name)).st_mtime)
-            except OSError:
-                continue
+    for stats in rank_file_stats(folder / RANKS_FOLDER):
+        if stats.st_mtime <= now:
+            newest = max(newest, stats.st_mtime)
+    for entry in _entries(folder):
+        if entry.name != RANKS_FOLDER:
+            newest = max([newest, *(stats.st_mtime for stats in _stats_under(entry))])
     return newest
+
+
+def _entries(folder: Path) -> list[os.DirEntry]:
+    try:
+        return list(os.scandir(folder))
+    except OSError:
+        return []
+
+
+def _stats_under(entry: os.DirEntry) -> list[os.stat_result]:
+    try:
+        if entry.is_dir(follow_symlinks=False):
+            return [*rank_file_stats(Path(entry.path)), entry.stat(follow_symlinks=False)]
+        return [entry.stat(follow_symlinks=False)]
+    except OSError:
+        return []

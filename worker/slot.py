@@ -8,7 +8,8 @@ known, so that its fork server is warm; it sees this folder, at the same path as
         channel.sock                                 rank 0's way to the launcher (report_relay)
 
 Once the attempt is over, the ranks' folder moves into the attempt's run folder (`ranks/`), where
-its logs stay, and the slot goes with its launcher.
+its logs stay, and the slot goes with its launcher. What the ranks made is removed through
+`rank_files` (no link followed, no recursion however deep they nested folders).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from trainjobs.contract.run import RunRequest
 from trainjobs.store import CheckpointStore
 from trainjobs.worker.gpu_nodes import GpuNodes, sandbox_ids
+from trainjobs.worker.rank_files import RANKS_FOLDER, remove_rank_file, remove_rank_tree
 from trainjobs.worker.sandbox import Sandbox, SandboxUsers
 
 log = logging.getLogger("trainjobs.launcher")
@@ -50,7 +52,7 @@ class Slot:
     ) -> Slot:
         uid, user_lock = SandboxUsers(slots / "users").claim()
         path = slots / str(os.getpid())
-        shutil.rmtree(path, ignore_errors=True)  # a slot a dead launcher of this pid left
+        remove_rank_tree(path)  # a slot a dead launcher of this pid left (its ranks' folder too)
         path.mkdir(parents=True)
         path.chmod(0o755)  # the launcher's umask (027) would shut the ranks' user out
         sandbox = Sandbox(path, uid, data_root, host_network, max_processes, max_file_bytes)
@@ -65,7 +67,7 @@ class Slot:
         self.sandbox.write_python(self.python)
 
     def release(self) -> None:
-        shutil.rmtree(self.path, onerror=_writable_then_retry)
+        remove_rank_tree(self.path)  # root's: read-only copies of the code go as well
         self.python.unlink(missing_ok=True)
         os.close(self.user_lock)
 
@@ -116,11 +118,11 @@ class AttemptFiles:
         """The ranks' files go to the attempt's run folder (`ranks/`); the copies of the code and
         of the checkpoints it started from go (a checkpoint lives in the store alone)."""
         for name in (RESUME_FILE, INIT_FILE):
-            (self.rank_dir / name).unlink(missing_ok=True)
+            remove_rank_file(self.rank_dir, name)
         if self.slot is None:
             return
-        kept = self.request.run_path / "ranks"
-        shutil.rmtree(kept, ignore_errors=True)
+        kept = self.request.run_path / RANKS_FOLDER
+        remove_rank_tree(kept)
         if self.rank_dir.exists():
             os.rename(self.rank_dir, kept)
         for copy in (self.code_dir, self.packages_dir):

@@ -4,6 +4,7 @@ without end and fills the disk. Each is blocked or bounded, each job still ends 
 worker stays healthy, and another owner's job beside it trains to the end."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ pytestmark = [
 HOSTILE_PACKAGE = Path(__file__).resolve().parent / "hostile_code"
 DISK_BYTES = 64 << 20
 MAX_PROCESSES = 128
+HOST_SHM = Path(f"/dev/shm/trainjobs-hostile-victim-{os.getpid()}")  # the host's, not the sandbox's
 
 
 def hostile_archive() -> bytes:
@@ -45,7 +47,14 @@ def reported(client, job_id: str) -> str:
     return lines[-1].split("HOSTILE ", 1)[1]
 
 
-def test_a_hostile_job_is_blocked_or_bounded_and_another_owners_job_beside_it_succeeds(stack_on, sqlite_url):
+@pytest.fixture
+def host_shm():
+    HOST_SHM.write_bytes(b"another process's shared memory")
+    yield HOST_SHM
+    HOST_SHM.unlink(missing_ok=True)
+
+
+def test_a_hostile_job_is_blocked_or_bounded_and_another_owners_job_beside_it_succeeds(stack_on, sqlite_url, host_shm):
     stack = stack_on(sqlite_url, with_worker=False)
     token = stack.token("alice")
     (stack.home / "admin-token").write_text(token)  # as an operator might keep it
@@ -65,6 +74,7 @@ def test_a_hostile_job_is_blocked_or_bounded_and_another_owners_job_beside_it_su
     ended = {attack: wait_for_terminal(alice, job_id, timeout=240) for attack, job_id in attacks.items()}
     each_attack_was_blocked_or_bounded(alice, attacks, ended)
     assert not (stack.home / "pwned").exists()
+    assert HOST_SHM.exists()  # no tracker of root's was asked to unlink it
 
     finished = wait_for_terminal(bob, beside, timeout=240)
     assert finished["state"] == "succeeded", finished["error"]
@@ -93,13 +103,14 @@ def aimed_at(stack, token: str, other_job: str, worker_pid: int) -> dict[str, st
         "postgres_port": "5432",
         "api_port": str(stack.port),
         "worker_pid": str(worker_pid),
+        "host_shm": HOST_SHM.name,
     }
 
 
 def each_attack_was_blocked_or_bounded(client, attacks: dict[str, str], ended: dict[str, dict]) -> None:
     probe = json.loads(reported(client, attacks["probe"]))
     assert ended["probe"]["state"] == "succeeded", ended["probe"]["error"]
-    assert len(probe) == 11, probe
+    assert len(probe) == 12, probe
     assert {name: outcome for name, outcome in probe.items() if not outcome.startswith("blocked")} == {}
 
     fork = json.loads(reported(client, attacks["fork"]))["fork"]

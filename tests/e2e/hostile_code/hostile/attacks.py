@@ -60,7 +60,52 @@ def probe(targets: dict) -> dict:
             lambda port=port: socket.create_connection(("127.0.0.1", int(port)), 2).close()
         )
     found["signal worker"] = _tried(lambda: os.kill(int(targets["worker_pid"]), signal.SIGTERM))
+    found["register with the launcher's resource tracker"] = _through_inherited_pipes(targets["host_shm"])
     return found
+
+
+def _through_inherited_pipes(shm_name: str) -> str:
+    """Ask any pipe it was handed whose other end is outside the sandbox (the launcher's
+    resource tracker, root: it unlinks the names registered with it when it exits) to unlink a
+    name in the host's /dev/shm. A pipe of which it sees another end (its own, or a process's in
+    the sandbox) is the sandbox's own."""
+    written = []
+    for fd, pipe in _own_pipes().items():
+        if not _held_by_another(pipe):
+            try:
+                os.write(fd, f"REGISTER:/{shm_name}:shared_memory\n".encode())
+                written.append(fd)
+            except OSError:
+                continue
+    return f"reached: wrote to {written}" if written else "blocked: no pipe that leads out of the sandbox"
+
+
+def _own_pipes() -> dict[int, str]:
+    pipes = {}
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            link = os.readlink(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if int(name) > 2 and link.startswith("pipe:"):
+            pipes[int(name)] = link
+    return pipes
+
+
+def _held_by_another(pipe: str) -> bool:
+    """Whether any other descriptor it can see, its own or another process's, is of this pipe."""
+    seen = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            descriptors = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in descriptors:
+            try:
+                seen += os.readlink(f"/proc/{pid}/fd/{fd}") == pipe
+            except OSError:  # closed meanwhile (the listing's own descriptor, say)
+                continue
+    return seen > 1
 
 
 def _beyond_own_folder(home: str) -> str:
