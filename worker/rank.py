@@ -16,7 +16,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
@@ -78,15 +78,12 @@ def _own_multiprocessing() -> None:
     # neither: the launcher's resource tracker (root, outside the sandbox: a name registered
     # there is unlinked as root when it exits; the rank's own tracker starts here when one is
     # first needed) and the fork server's alive pipe. Nor the launcher's stdin.
-    inherited = [
-        (resource_tracker._resource_tracker, "_fd"),
-        (forkserver._forkserver, "_forkserver_alive_fd"),
-    ]
-    for owner, attribute in inherited:
-        descriptor = getattr(owner, attribute)
+    tracker: Any = resource_tracker._resource_tracker  # private: no stubs
+    server: Any = forkserver._forkserver
+    for descriptor in (tracker._fd, server._forkserver_alive_fd):
         if descriptor is not None:
             os.close(descriptor)
-            setattr(owner, attribute, None)
+    tracker._fd = server._forkserver_alive_fd = None
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
